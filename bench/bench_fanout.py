@@ -1,0 +1,880 @@
+"""Server CPU µs per delivered frame: monotape's FanoutServer vs a naive server vs the write floor.
+
+Two processes per measurement, on loopback (127.0.0.1), bounded in time:
+
+- the *server* (pinned to CPU 0) is one of three variants, all on uvloop, all fed the same
+  pre-generated workload on the same 40 ms grid (25 Hz):
+  - ``naive``: ``websockets.asyncio.server`` (compression=None); per frame, per connection, the
+    changed symbols of its watchlist JSON-encoded with stdlib ``json`` and ``await ws.send()``
+    (the seed team's first version);
+  - ``monotape``: the real ``monotape.platform.server.FanoutServer`` with a real ``Sequencer``:
+    per frame ``sequencer.on_ticks(ticks, now)``, ``sequencer.take_frame(boundary)``,
+    ``server.publish_frame(frame)``; clients subscribe with binary msgpack requests;
+  - ``floor``: the same websockets handshake, then per frame one bare ``transport.write`` per
+    connection of a pre-framed ``bytes`` object, byte for byte monotape's payload for that
+    connection's signature (built before the measurement), so no encode and no planning.
+- the *load client* (pinned to CPU 1) is the same for every variant: uvloop + raw sockets doing
+  the RFC 6455 handshake, one masked binary subscribe request per connection, then counting
+  every byte and every data message (frame headers parsed, payloads skipped) and answering pings.
+  It reports its own CPU so a client-bound run is visible.
+
+The workload: ``build_universe()`` (2,400 instruments, 6 venues); each frame a seeded random 25%
+of the instruments change (a fresh tick each: the venue's update id or timestamp as ``seq``, a
+small random price walk); one Zipf watchlist per connection from ``zipf_watchlists`` (seed 1).
+The server waits until every connection has subscribed, starts the frames, warms up, then
+measures its own CPU (psutil user+system) and the frames it delivered over the window; the
+client counts the messages it received over the same monotonic window (CLOCK_MONOTONIC is
+system-wide, so both processes share it).
+
+    .venv/bin/python -m bench.bench_fanout [--quick] [--connections N] [--seconds S] [--runs R]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import contextlib
+import json
+import os
+import queue
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench.common import median_min_max, pin_to_cpu, raise_nofile, row
+
+__all__ = ["Workload", "run"]
+
+ROOT = Path(__file__).resolve().parent.parent
+FRAME_NS = 40_000_000
+SEED = 1
+CHANGE_SHARE = 0.25  # of the instruments change in each frame
+VARIANTS = ("naive", "monotape", "floor")
+SERVER_CPU, CLIENT_CPU = 0, 1
+TARGET_US = 5.0
+CLIENT_BOUND = 0.90  # client CPU above this share of its core: the client may be the bottleneck
+_WALL_BASE_NS = 1_764_460_800 * 10**9  # a fixed "venue wall clock": deterministic ts seqs
+
+
+# --- the workload (identical in every process for a given seed) --------------------------------
+
+
+class Workload:
+    """Instruments, watchlists and the per-frame ticks, deterministic for ``seed``."""
+
+    def __init__(self, connections: int, seed: int = SEED, change: float = CHANGE_SHARE) -> None:
+        from monotape.platform.feeds.simulator import build_universe, venues_with_update_ids
+        from monotape.platform.watchlists import zipf_watchlists
+
+        self.universe = build_universe()
+        self.keys = [inst.key for inst in self.universe]
+        self.watchlists = zipf_watchlists(self.keys, connections, seed)
+        iid_of = {k: i for i, k in enumerate(self.keys)}
+        self.watch_iids = [sorted(iid_of[k] for k in wl) for wl in self.watchlists]
+        n = len(self.universe)
+        self._n = n
+        self._per_frame = max(1, round(n * change))
+        self._rng = np.random.default_rng(seed)
+        ids = venues_with_update_ids(self.universe)
+        self._has_ids = [inst.venue in ids for inst in self.universe]
+        self._venue = [inst.venue for inst in self.universe]
+        self._tick = np.array([inst.tick_size for inst in self.universe], dtype=np.int64)
+        self._level = self._rng.integers(2_000, 40_000, size=n, dtype=np.int64)
+        self._uid = self._rng.integers(1_000, 1_000_000, size=n, dtype=np.int64)
+        self._k = 0
+
+    def _ticks(self, iids: np.ndarray) -> list[Any]:
+        from monotape.platform.model import Tick
+
+        rng = self._rng
+        m = len(iids)
+        self._level[iids] = np.maximum(
+            self._level[iids] + rng.integers(-3, 4, size=m, dtype=np.int64), 50
+        )
+        self._uid[iids] += rng.integers(1, 6, size=m, dtype=np.int64)
+        ts0 = _WALL_BASE_NS + self._k * FRAME_NS
+        ts = (ts0 + np.sort(rng.integers(0, FRAME_NS, size=m, dtype=np.int64))).tolist()
+        tick = self._tick[iids]
+        bid = (self._level[iids] * tick).tolist()
+        spread = rng.integers(1, 4, size=m, dtype=np.int64)
+        ask = ((self._level[iids] + spread) * tick).tolist()
+        last = ((self._level[iids] + rng.integers(0, 2, size=m)) * tick).tolist()
+        size = (rng.integers(1, 40, size=m, dtype=np.int64) * 100).tolist()
+        uid = self._uid[iids].tolist()
+        has_ids, venue = self._has_ids, self._venue
+        out = []
+        for j, i in enumerate(iids.tolist()):
+            seq = uid[j] if has_ids[i] else ts[j]
+            out.append(Tick(i, venue[i], 1, seq, ts[j], bid[j], ask[j], last[j], size[j], "A"))
+        self._k += 1
+        return out
+
+    def initial(self) -> list[Any]:
+        """One tick for every instrument: published before anyone connects, so snapshots are real."""
+        return self._ticks(np.arange(self._n, dtype=np.int64))
+
+    def next_frame(self) -> list[Any]:
+        """The ticks of the next frame: a random ``change`` share of instruments, ascending iid."""
+        iids = np.sort(self._rng.choice(self._n, size=self._per_frame, replace=False))
+        return self._ticks(iids.astype(np.int64))
+
+
+# --- server side ------------------------------------------------------------------------------
+
+
+def _emit(obj: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+class _Bench:
+    """What every server variant exposes to the driver loop."""
+
+    def __init__(self, connections: int, frames_needed: int) -> None:
+        self.work = Workload(connections)
+        self.frames: list[list[Any]] = [self.work.next_frame() for _ in range(frames_needed)]
+        self.next = 0
+        self.feed_ns = 0  # thread CPU in the feed step (sequencer), inside the window
+        self.fan_ns = 0  # thread CPU in the fan-out step, inside the window
+        self.measuring = False
+
+    def frame_ticks(self) -> list[Any]:
+        if self.next < len(self.frames):
+            ticks = self.frames[self.next]
+            self.frames[self.next] = []  # let it go
+        else:  # ran past the pre-generated frames (a slow start): generate on the fly
+            ticks = self.work.next_frame()
+        self.next += 1
+        return ticks
+
+    async def start(self) -> int:
+        raise NotImplementedError
+
+    def subscribed(self) -> int:
+        raise NotImplementedError
+
+    def delivered(self) -> tuple[int, int]:
+        """(frames, bytes) delivered to connections so far."""
+        raise NotImplementedError
+
+    async def step(self, boundary_ns: int) -> None:
+        raise NotImplementedError
+
+
+class _Monotape(_Bench):
+    async def start(self) -> int:
+        from monotape.clock import SystemClock
+        from monotape.config import ServerConfig
+        from monotape.platform.sequencer import Sequencer
+        from monotape.platform.server import FanoutServer
+
+        self.seq = Sequencer(lanes=4)
+        cfg = ServerConfig(host="127.0.0.1", ws_port=0)
+        self.server = FanoutServer(cfg, self.work.universe, self.seq, SystemClock())
+        now = time.monotonic_ns()
+        self.seq.on_ticks(self.work.initial(), now)
+        self.server.publish_frame(self.seq.take_frame(now - now % FRAME_NS))
+        return await self.server.start()
+
+    def subscribed(self) -> int:
+        sig = self.server.index.signature
+        return sum(1 for cid in self.server.connections if sig(cid) is not None)
+
+    def delivered(self) -> tuple[int, int]:
+        return self.server.sent_totals()
+
+    async def step(self, boundary_ns: int) -> None:
+        ticks = self.frame_ticks()
+        t0 = time.thread_time_ns()
+        self.seq.on_ticks(ticks, time.monotonic_ns())
+        frame = self.seq.take_frame(boundary_ns)
+        t1 = time.thread_time_ns()
+        self.server.publish_frame(frame)
+        if self.measuring:
+            self.feed_ns += t1 - t0
+            self.fan_ns += time.thread_time_ns() - t1
+
+
+class _WsBench(_Bench):
+    """The naive and floor servers: websockets does the handshake and reads the subscribe."""
+
+    def __init__(self, connections: int, frames_needed: int) -> None:
+        super().__init__(connections, frames_needed)
+        self.conns: dict[int, Any] = {}
+        self.sent = 0
+        self.sent_bytes = 0
+        self._ids = {k: i for i, k in enumerate(self.work.keys)}
+
+    async def start(self) -> int:
+        import websockets
+
+        self._server = await websockets.serve(
+            self._handler, "127.0.0.1", 0, compression=None, backlog=2048, max_queue=16
+        )
+        port: int = next(iter(self._server.sockets)).getsockname()[1]
+        return port
+
+    def _on_subscribe(self, ws: Any, iids: list[int]) -> None:
+        raise NotImplementedError
+
+    async def _handler(self, ws: Any) -> None:
+        from monotape.platform.requests import RequestError, Subscribe, decode_request
+
+        key = id(ws)
+        try:
+            async for message in ws:
+                try:
+                    req = decode_request(message)
+                except RequestError:
+                    continue
+                if isinstance(req, Subscribe):
+                    iids = sorted({self._ids[k] for k in req.keys if k in self._ids})
+                    self._on_subscribe(ws, iids)
+        except Exception:  # noqa: BLE001 - a client going away is not the benchmark's business
+            pass
+        finally:
+            self.conns.pop(key, None)
+
+    def subscribed(self) -> int:
+        return len(self.conns)
+
+    def delivered(self) -> tuple[int, int]:
+        return self.sent, self.sent_bytes
+
+
+class _Naive(_WsBench):
+    """Per frame, per connection: stdlib json of its changed symbols, ``await ws.send()``."""
+
+    def _on_subscribe(self, ws: Any, iids: list[int]) -> None:
+        self.conns[id(ws)] = (ws, iids)
+
+    async def start(self) -> int:
+        self._scale = [10**inst.price_decimals for inst in self.work.universe]
+        self._frame_no = 0
+        return await super().start()
+
+    async def step(self, boundary_ns: int) -> None:
+        ticks = self.frame_ticks()
+        t0 = time.thread_time_ns()
+        latest = {t.iid: t for t in ticks}
+        t1 = time.thread_time_ns()
+        frame_no = boundary_ns // FRAME_NS
+        keys, scale, dumps = self.work.keys, self._scale, json.dumps
+        for ws, iids in list(self.conns.values()):
+            updates = []
+            for iid in iids:
+                t = latest.get(iid)
+                if t is not None:
+                    s = scale[iid]
+                    updates.append(
+                        {
+                            "key": keys[iid],
+                            "epoch": t.epoch,
+                            "seq": t.seq,
+                            "bid": t.bid / s,
+                            "ask": t.ask / s,
+                            "last": t.last / s,
+                            "size": t.size,
+                        }
+                    )
+            if not updates:
+                continue
+            text = dumps({"type": "frame", "frame": frame_no, "updates": updates})
+            try:
+                await ws.send(text)
+            except Exception:  # noqa: BLE001 - closed under us
+                continue
+            self.sent += 1
+            self.sent_bytes += len(text) + (2 if len(text) < 126 else 4)
+        if self.measuring:
+            self.feed_ns += t1 - t0
+            self.fan_ns += time.thread_time_ns() - t1
+
+
+class _Floor(_WsBench):
+    """One bare ``transport.write`` of monotape's own pre-framed payload per connection."""
+
+    def _on_subscribe(self, ws: Any, iids: list[int]) -> None:
+        from monotape.platform.fanout import subscription_signature
+
+        self.conns[id(ws)] = (ws.transport, subscription_signature(iids))
+
+    async def start(self) -> int:
+        # Build, before anything is measured, the exact bytes monotape would write per frame
+        # per signature (same sequencer, codec and plan_payloads as the real server).
+        from monotape.platform import codec
+        from monotape.platform.fanout import SubscriptionIndex, plan_payloads
+        from monotape.platform.sequencer import Sequencer
+
+        seq = Sequencer(lanes=4)
+        index = SubscriptionIndex()
+        for cid, iids in enumerate(self.work.watch_iids):
+            index.add_connection(cid)
+            index.subscribe(cid, iids)
+        now = time.monotonic_ns()
+        seq.on_ticks(self.work.initial(), now)
+        seq.take_frame(now - now % FRAME_NS)
+        frame_no = now // FRAME_NS + 100  # same varint width as the live frame numbers
+        self.wires: list[dict[int, bytes]] = []
+        for k, ticks in enumerate(self.frames):
+            b = (frame_no + k) * FRAME_NS
+            seq.on_ticks(ticks, b)
+            frame = seq.take_frame(b)
+            chunks = {r.iid: codec.encode_delta_record(r.base, r.new) for r in frame.records}
+            self.wires.append(
+                {
+                    sig: codec.ws_binary_frame(
+                        codec.frame_header(frame.frame_no, len(cs)) + b"".join(cs)
+                    )
+                    for sig, cs in plan_payloads(chunks, index).items()
+                }
+            )
+        self.frames = []
+        return await super().start()
+
+    async def step(self, boundary_ns: int) -> None:
+        k = self.next
+        self.next += 1
+        wires = self.wires[k % len(self.wires)]  # cycles only if the run outlives the plan
+        t1 = time.thread_time_ns()
+        n = 0
+        nbytes = 0
+        for transport, sig in list(self.conns.values()):
+            wire = wires.get(sig)
+            if wire is None or transport.is_closing():
+                continue
+            try:
+                transport.write(wire)
+            except Exception:  # noqa: BLE001 - uvloop raises after write_eof
+                continue
+            n += 1
+            nbytes += len(wire)
+        self.sent += n
+        self.sent_bytes += nbytes
+        if self.measuring:
+            self.fan_ns += time.thread_time_ns() - t1
+
+
+async def _serve(args: argparse.Namespace) -> None:
+    import psutil
+
+    frames_needed = int((args.warmup + args.seconds + 2.0) * 1e9 / FRAME_NS)
+    cls: Callable[[int, int], _Bench] = {
+        "naive": _Naive,
+        "monotape": _Monotape,
+        "floor": _Floor,
+    }[args.variant]
+    bench = cls(args.connections, frames_needed)
+    port = await bench.start()
+    _emit({"port": port})
+    deadline = time.monotonic() + args.setup_timeout
+    while bench.subscribed() < args.connections and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    subscribed = bench.subscribed()
+    t_start = time.monotonic() + args.warmup
+    t_end = t_start + args.seconds
+    _emit({"window": [t_start, t_end], "subscribed": subscribed})
+
+    stop = asyncio.Event()
+    late = 0
+
+    async def frames() -> None:
+        nonlocal late
+        while not stop.is_set():
+            now = time.monotonic_ns()
+            boundary = (now // FRAME_NS + 1) * FRAME_NS
+            await asyncio.sleep((boundary - now) / 1e9)
+            if time.monotonic_ns() - boundary > FRAME_NS:
+                late += 1
+            await bench.step(boundary)
+
+    task = asyncio.create_task(frames())
+    proc = psutil.Process()
+    await asyncio.sleep(max(0.0, t_start - time.monotonic()))
+    c0 = proc.cpu_times()
+    w0 = time.monotonic()
+    d0, b0 = bench.delivered()
+    n0, late0 = bench.next, late
+    bench.measuring = True
+    await asyncio.sleep(max(0.0, t_end - time.monotonic()))
+    c1 = proc.cpu_times()
+    w1 = time.monotonic()
+    d1, b1 = bench.delivered()
+    n1, late1 = bench.next, late
+    bench.measuring = False
+    stop.set()
+    _emit(
+        {
+            "variant": args.variant,
+            "connections": args.connections,
+            "subscribed": subscribed,
+            "cpu_s": (c1.user + c1.system) - (c0.user + c0.system),
+            "wall_s": w1 - w0,
+            "delivered": d1 - d0,
+            "bytes": b1 - b0,
+            "frames": n1 - n0,
+            "late_frames": late1 - late0,
+            "feed_s": bench.feed_ns / 1e9,
+            "fanout_s": bench.fan_ns / 1e9,
+        }
+    )
+    task.cancel()
+    os._exit(0)  # 1,000 graceful closes are not part of the benchmark
+
+
+# --- the load client --------------------------------------------------------------------------
+
+
+class _Counts:
+    __slots__ = ("bytes", "closed", "msgs", "open")
+
+    def __init__(self) -> None:
+        self.bytes = 0
+        self.msgs = 0
+        self.open = 0
+        self.closed = 0
+
+
+def _client_frame(opcode: int, payload: bytes) -> bytes:
+    """A masked client frame with an all-zero masking key (the payload is sent as is)."""
+    n = len(payload)
+    if n < 126:
+        head = bytes((0x80 | opcode, 0x80 | n))
+    elif n < 0x10000:
+        head = bytes((0x80 | opcode, 0x80 | 126)) + n.to_bytes(2, "big")
+    else:
+        head = bytes((0x80 | opcode, 0x80 | 127)) + n.to_bytes(8, "big")
+    return head + b"\x00\x00\x00\x00" + payload
+
+
+class _CountingClient(asyncio.Protocol):
+    """Raw-socket WebSocket client: handshake, one subscribe, then count bytes and messages."""
+
+    def __init__(self, counts: _Counts, host: str, subscribe: bytes, done: asyncio.Future[bool]):
+        self.counts = counts
+        self.host = host
+        self.subscribe = subscribe
+        self.done = done
+        self.transport: asyncio.Transport | None = None
+        self.handshake = b""
+        self.is_open = False
+        self.skip = 0  # payload bytes of the current message still to arrive
+        self.partial = b""  # an incomplete frame header
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        key = base64.b64encode(os.urandom(16)).decode()
+        transport.write(
+            (
+                f"GET / HTTP/1.1\r\nHost: {self.host}\r\nUpgrade: websocket\r\n"
+                f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n"
+                "Sec-WebSocket-Version: 13\r\n\r\n"
+            ).encode()
+        )
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.is_open:
+            self.counts.closed += 1
+        if not self.done.done():
+            self.done.set_result(False)
+
+    def data_received(self, data: bytes) -> None:
+        self.counts.bytes += len(data)
+        if not self.is_open:
+            self.handshake += data
+            end = self.handshake.find(b"\r\n\r\n")
+            if end < 0:
+                return
+            head, data = self.handshake[:end], self.handshake[end + 4 :]
+            self.handshake = b""
+            assert self.transport is not None
+            if not head.startswith(b"HTTP/1.1 101"):
+                self.transport.abort()
+                return
+            self.is_open = True
+            self.counts.open += 1
+            self.transport.write(self.subscribe)
+            if not self.done.done():
+                self.done.set_result(True)
+            if not data:
+                return
+        n = len(data)
+        skip = self.skip
+        if skip >= n:
+            self.skip = skip - n
+            return
+        if self.partial:
+            data = self.partial + data
+            self.partial = b""
+            n = len(data)
+        pos = skip
+        msgs = 0
+        while n - pos >= 2:
+            b0 = data[pos]
+            ln = data[pos + 1] & 0x7F
+            hl = 2
+            if ln == 126:
+                if n - pos < 4:
+                    break
+                ln = int.from_bytes(data[pos + 2 : pos + 4], "big")
+                hl = 4
+            elif ln == 127:
+                if n - pos < 10:
+                    break
+                ln = int.from_bytes(data[pos + 2 : pos + 10], "big")
+                hl = 10
+            op = b0 & 0x0F
+            if op <= 2:
+                if b0 & 0x80:
+                    msgs += 1
+            elif op == 9 and pos + hl + ln <= n and self.transport is not None:
+                self.transport.write(_client_frame(0xA, data[pos + hl : pos + hl + ln]))
+            pos += hl + ln
+        self.counts.msgs += msgs
+        if pos >= n:
+            self.skip = pos - n
+        else:
+            self.partial = data[pos:]
+            self.skip = 0
+
+
+async def _client(args: argparse.Namespace) -> None:
+    import psutil
+
+    from monotape.platform.requests import Subscribe, encode_request
+
+    work = Workload(args.connections)
+    loop = asyncio.get_running_loop()
+    counts = _Counts()
+    gate = asyncio.Semaphore(64)
+    host = f"127.0.0.1:{args.port}"
+    protocols: list[_CountingClient] = []
+
+    async def connect(i: int) -> bool:
+        sub = _client_frame(0x2, encode_request(Subscribe(req=i + 1, keys=work.watchlists[i])))
+        async with gate:
+            done: asyncio.Future[bool] = loop.create_future()
+            try:
+                _, proto = await loop.create_connection(
+                    lambda: _CountingClient(counts, host, sub, done), "127.0.0.1", args.port
+                )
+            except OSError:
+                return False
+            protocols.append(proto)
+            try:
+                return await asyncio.wait_for(done, 30.0)
+            except TimeoutError:
+                return False
+
+    results = await asyncio.gather(*(connect(i) for i in range(args.connections)))
+    ok = sum(results)
+    line = await loop.run_in_executor(None, sys.stdin.readline)
+    if not line:
+        os._exit(1)
+    t_start, t_end = json.loads(line)["window"]
+    proc = psutil.Process()
+    await asyncio.sleep(max(0.0, t_start - time.monotonic()))
+    c0, m0, b0, w0 = proc.cpu_times(), counts.msgs, counts.bytes, time.monotonic()
+    await asyncio.sleep(max(0.0, t_end - time.monotonic()))
+    c1, m1, b1, w1 = proc.cpu_times(), counts.msgs, counts.bytes, time.monotonic()
+    cpu = (c1.user + c1.system) - (c0.user + c0.system)
+    _emit(
+        {
+            "connected": ok,
+            "closed": counts.closed,
+            "msgs": m1 - m0,
+            "bytes": b1 - b0,
+            "cpu_s": cpu,
+            "wall_s": w1 - w0,
+        }
+    )
+    os._exit(0)
+
+
+def _child_main(argv: list[str]) -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--role", choices=("server", "client"), required=True)
+    p.add_argument("--variant", choices=VARIANTS, default="monotape")
+    p.add_argument("--connections", type=int, default=1000)
+    p.add_argument("--seconds", type=float, default=10.0)
+    p.add_argument("--warmup", type=float, default=3.0)
+    p.add_argument("--setup-timeout", type=float, default=60.0)
+    p.add_argument("--port", type=int, default=0)
+    p.add_argument("--no-pin", action="store_true")
+    args = p.parse_args(argv)
+    raise_nofile()
+    pinned = False
+    if not args.no_pin:
+        pinned = pin_to_cpu(SERVER_CPU if args.role == "server" else CLIENT_CPU)
+    try:
+        import uvloop
+
+        runner: Callable[[Awaitable[None]], None] = uvloop.run  # type: ignore[assignment]
+    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
+        runner = asyncio.run  # type: ignore[assignment]
+    if args.role == "server":
+        sys.stderr.write(f"server pinned={pinned}\n")
+        runner(_serve(args))
+    else:
+        sys.stderr.write(f"client pinned={pinned}\n")
+        runner(_client(args))
+
+
+# --- the driver -------------------------------------------------------------------------------
+
+
+class _Lines:
+    """A child's stdout lines, read by a thread so the driver can wait with a timeout."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        self.q: queue.Queue[str | None] = queue.Queue()
+        assert proc.stdout is not None
+        out = proc.stdout
+
+        def pump() -> None:
+            for line in out:
+                self.q.put(line)
+            self.q.put(None)
+
+        threading.Thread(target=pump, daemon=True).start()
+
+    def json(self, timeout: float, what: str) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"no {what} within {timeout:.0f} s")
+            try:
+                line = self.q.get(timeout=left)
+            except queue.Empty as exc:
+                raise TimeoutError(f"no {what} within {timeout:.0f} s") from exc
+            if line is None:
+                raise RuntimeError(f"process exited before {what}")
+            line = line.strip()
+            if line.startswith("{"):
+                obj: dict[str, Any] = json.loads(line)
+                return obj
+
+
+def _tail(path: str, n: int = 1500) -> str:
+    try:
+        return Path(path).read_text(errors="replace")[-n:]
+    except OSError:
+        return ""
+
+
+def measure_once(
+    variant: str, connections: int, seconds: float, warmup: float, pin: bool = True
+) -> dict[str, Any]:
+    """One server process + one client process; returns the server's and the client's figures."""
+    common = ["--connections", str(connections), "--seconds", str(seconds)]
+    common += ["--warmup", str(warmup)] + ([] if pin else ["--no-pin"])
+    cmd = [sys.executable, "-m", "bench.bench_fanout"]
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    setup_timeout = 30.0 + connections / 50
+    with tempfile.TemporaryDirectory() as tmp:
+        s_err, c_err = os.path.join(tmp, "server.err"), os.path.join(tmp, "client.err")
+        with open(s_err, "w") as se, open(c_err, "w") as ce:
+            server = subprocess.Popen(
+                [*cmd, "--role", "server", "--variant", variant, *common]
+                + ["--setup-timeout", str(setup_timeout)],
+                stdout=subprocess.PIPE,
+                stderr=se,
+                stdin=subprocess.DEVNULL,
+                text=True,
+                cwd=ROOT,
+                env=env,
+            )
+            client: subprocess.Popen[str] | None = None
+            try:
+                s_lines = _Lines(server)
+                port = s_lines.json(60.0, "server port")["port"]
+                client = subprocess.Popen(
+                    [*cmd, "--role", "client", "--port", str(port), *common],
+                    stdout=subprocess.PIPE,
+                    stderr=ce,
+                    stdin=subprocess.PIPE,
+                    text=True,
+                    cwd=ROOT,
+                    env=env,
+                )
+                c_lines = _Lines(client)
+                window = s_lines.json(setup_timeout + 30.0, "measurement window")
+                assert client.stdin is not None
+                client.stdin.write(json.dumps(window) + "\n")
+                client.stdin.flush()
+                budget = warmup + seconds + 30.0
+                srv = s_lines.json(budget, "server result")
+                cli = c_lines.json(budget, "client result")
+            except (TimeoutError, RuntimeError) as exc:
+                raise RuntimeError(
+                    f"{variant}: {exc}\n--- server stderr:\n{_tail(s_err)}\n"
+                    f"--- client stderr:\n{_tail(c_err)}"
+                ) from exc
+            finally:
+                for p in (server, client):
+                    if p is None:
+                        continue
+                    try:
+                        p.wait(timeout=10)
+                    except subprocess.TimeoutExpired:
+                        p.kill()
+                        p.wait()
+    srv["subscribed_at_start"] = window.get("subscribed")
+    return {"server": srv, "client": cli}
+
+
+def _summarize(name: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
+    us = [r["server"]["cpu_s"] * 1e6 / max(1, r["server"]["delivered"]) for r in runs]
+    fps = [r["server"]["delivered"] / r["server"]["wall_s"] for r in runs]
+    client_fps = [r["client"]["msgs"] / r["client"]["wall_s"] for r in runs]
+    srv_core = [r["server"]["cpu_s"] / r["server"]["wall_s"] for r in runs]
+    cli_core = [r["client"]["cpu_s"] / r["client"]["wall_s"] for r in runs]
+    feed_us = [r["server"]["feed_s"] * 1e6 / max(1, r["server"]["delivered"]) for r in runs]
+    fan_us = [r["server"]["fanout_s"] * 1e6 / max(1, r["server"]["delivered"]) for r in runs]
+    payload = [r["server"]["bytes"] / max(1, r["server"]["delivered"]) for r in runs]
+    return {
+        "variant": name,
+        "us": median_min_max(us),
+        "fps": median_min_max(fps),
+        "client_fps": statistics.median(client_fps),
+        "server_core": max(srv_core),
+        "client_core": max(cli_core),
+        "feed_us": statistics.median(feed_us),
+        "fan_us": statistics.median(fan_us),
+        "payload": statistics.median(payload),
+        "late": max(r["server"]["late_frames"] for r in runs),
+        "subscribed": min(r["server"]["subscribed"] for r in runs),
+        "connected": min(r["client"]["connected"] for r in runs),
+    }
+
+
+def run(
+    quick: bool = False,
+    *,
+    connections: int | None = None,
+    seconds: float | None = None,
+    warmup: float | None = None,
+    runs: int | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> list[dict[str, Any]]:
+    conns = connections or (200 if quick else 1000)
+    secs = seconds or (3.0 if quick else 10.0)
+    warm = warmup if warmup is not None else (1.0 if quick else 3.0)
+    repeats = runs or (1 if quick else 3)
+    pin = len(os.sched_getaffinity(0)) >= 2 if hasattr(os, "sched_getaffinity") else False
+    raise_nofile()
+    results: dict[str, list[dict[str, Any]]] = {v: [] for v in VARIANTS}
+    for i in range(repeats):  # interleaved, so drift on a shared machine hits every variant
+        for v in VARIANTS:
+            r = measure_once(v, conns, secs, warm, pin)
+            results[v].append(r)
+            if progress:
+                s = r["server"]
+                progress(
+                    f"fanout run {i + 1}/{repeats} {v}: "
+                    f"{s['cpu_s'] * 1e6 / max(1, s['delivered']):.2f} µs/frame, "
+                    f"{s['delivered'] / s['wall_s']:,.0f} frames/s, client saw "
+                    f"{r['client']['msgs'] / r['client']['wall_s']:,.0f}/s, client CPU "
+                    f"{r['client']['cpu_s'] / r['client']['wall_s']:.0%}"
+                )
+    summary = {v: _summarize(v, results[v]) for v in VARIANTS}
+    naive, floor = summary["naive"]["us"][0], summary["floor"]["us"][0]
+    where = f"{conns:,} conns, {secs:g} s window after {warm:g} s warm-up, {repeats} run(s)"
+    out: list[dict[str, Any]] = []
+    for v in VARIANTS:
+        s = summary[v]
+        med, lo, hi = s["us"]
+        bound = s["client_core"] > CLIENT_BOUND
+        parts = [
+            where if v == "naive" else "",
+            f"server CPU {s['server_core']:.0%} of its core",
+            f"client CPU {s['client_core']:.0%}" + (" (CLIENT-BOUND)" if bound else ""),
+            f"{s['payload']:.0f} B/frame",
+        ]
+        if s["subscribed"] < conns or s["connected"] < conns:
+            parts.append(f"only {min(s['subscribed'], s['connected'])} connections subscribed")
+        if s["late"]:
+            parts.append(f"{s['late']} frames > 40 ms late")
+        if v == "monotape":
+            parts.append(f"{med / floor:.2f}x floor")
+            parts.append(f"target <= {TARGET_US:g} µs: {'met' if med <= TARGET_US else 'NOT met'}")
+            parts.append(
+                f"of which sequencer {s['feed_us']:.2f} µs, publish_frame {s['fan_us']:.2f} µs"
+            )
+        elif v == "naive":
+            parts.append(f"encode+send loop {s['fan_us']:.2f} µs")
+        else:
+            parts.append(f"write loop {s['fan_us']:.2f} µs")
+        out.append(
+            row(
+                "fanout CPU per delivered frame",
+                v,
+                med,
+                "µs/frame",
+                lo=lo,
+                hi=hi,
+                ratio=med / naive if naive else None,
+                peer="naive",
+                note="; ".join(p for p in parts if p),
+            )
+        )
+    naive_fps = summary["naive"]["fps"][0]
+    for v in VARIANTS:
+        s = summary[v]
+        med, lo, hi = s["fps"]
+        out.append(
+            row(
+                "fanout delivered frames/s",
+                v,
+                med,
+                "frames/s",
+                lo=lo,
+                hi=hi,
+                ratio=med / naive_fps if naive_fps else None,
+                peer="naive",
+                note=f"client counted {s['client_fps']:,.0f}/s",
+            )
+        )
+    return out
+
+
+def main(argv: list[str]) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--connections", type=int)
+    p.add_argument("--seconds", type=float)
+    p.add_argument("--warmup", type=float)
+    p.add_argument("--runs", type=int)
+    args = p.parse_args(argv)
+    rows = run(
+        args.quick,
+        connections=args.connections,
+        seconds=args.seconds,
+        warmup=args.warmup,
+        runs=args.runs,
+        progress=lambda m: print(m, file=sys.stderr, flush=True),
+    )
+    for r in rows:
+        print(
+            f"{r['variant']:>9} {r['value']:10.2f} {r['unit']:9} "
+            f"[{r['min']:.2f}-{r['max']:.2f}] x{(r['ratio'] or 0):.2f}  {r['note']}"
+        )
+
+
+if __name__ == "__main__":
+    if "--role" in sys.argv:
+        with contextlib.suppress(KeyboardInterrupt):
+            _child_main(sys.argv[1:])
+    else:
+        main(sys.argv[1:])

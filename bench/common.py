@@ -1,0 +1,94 @@
+"""Shared helpers for the benchmarks: the row shape, statistics, machine facts, process setup."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import platform
+import resource
+import statistics
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = [
+    "ROW_KEYS",
+    "machine_summary",
+    "median_min_max",
+    "pin_to_cpu",
+    "raise_nofile",
+    "row",
+]
+
+# Every bench module's run(quick) returns rows with at least these keys (bench/__main__.py
+# adapts the modules that predate the shape).
+ROW_KEYS = ("benchmark", "variant", "value", "unit", "min", "max", "ratio", "note")
+
+
+def row(
+    benchmark: str,
+    variant: str,
+    value: float,
+    unit: str,
+    *,
+    lo: float | None = None,
+    hi: float | None = None,
+    ratio: float | None = None,
+    peer: str = "",
+    note: str = "",
+) -> dict[str, Any]:
+    return {
+        "benchmark": benchmark,
+        "variant": variant,
+        "value": value,
+        "unit": unit,
+        "min": value if lo is None else lo,
+        "max": value if hi is None else hi,
+        "ratio": ratio,
+        "peer": peer,
+        "note": note,
+    }
+
+
+def median_min_max(values: Sequence[float]) -> tuple[float, float, float]:
+    return statistics.median(values), min(values), max(values)
+
+
+def raise_nofile() -> tuple[int, int]:
+    """Soft RLIMIT_NOFILE up to the hard limit (1,000 sockets per side need > 1,024)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = hard if hard != resource.RLIM_INFINITY else max(soft, 65_536)
+    if soft < want:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)
+
+
+def pin_to_cpu(cpu: int) -> bool:
+    """Pin this process to one CPU; False (and no pinning) if that CPU is not available."""
+    try:
+        available = os.sched_getaffinity(0)
+        if cpu not in available:
+            return False
+        os.sched_setaffinity(0, {cpu})
+        return True
+    except (AttributeError, OSError):
+        return False
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def machine_summary() -> str:
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    now = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    return (
+        f"{_cpu_model()}, {cores} cores, Linux {platform.release()}, "
+        f"Python {platform.python_version()} ({platform.python_implementation()}), {now}"
+    )

@@ -1,0 +1,5 @@
+import sys
+
+from monotape.cli import main
+
+sys.exit(main())

@@ -1,0 +1,189 @@
+"""The command line: the only reader of argv and os.environ (DESIGN: CLI)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+from collections.abc import Callable, Coroutine, Sequence
+from datetime import datetime
+from typing import Any
+
+import msgspec
+
+from monotape.config import Config, ConfigError, load_config
+
+__all__ = ["main"]
+
+
+def _runner(coro: Coroutine[Any, Any, int]) -> int:
+    try:
+        import uvloop
+
+        factory: Callable[[], asyncio.AbstractEventLoop] | None = uvloop.new_event_loop
+    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
+        factory = None
+    with asyncio.Runner(loop_factory=factory) as runner:
+        return runner.run(coro)
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", help="TOML configuration file (env MONOTAPE_CONFIG)")
+    p.add_argument(
+        "--data-dir",
+        help="state directory: epochs, dev keys, histogram logs "
+        "(env MONOTAPE_DATA_DIR, default ./.monotape)",
+    )
+
+
+def _config(args: argparse.Namespace, overrides: dict[str, Any]) -> Config:
+    overrides = {"data_dir": args.data_dir, **overrides}
+    return load_config(args.config or os.environ.get("MONOTAPE_CONFIG"), os.environ, overrides)
+
+
+async def _run(cfg: Config, duration: float | None) -> int:
+    from monotape.platform.node import Node
+
+    node = Node(cfg)
+    await node.start()
+    host = cfg.server.host
+    source = f"replay {cfg.feeds.replay}" if node.replay else f"{len(node.handlers)} feed handlers"
+    print(
+        f"monotape is running: {len(node.universe)} instruments, {source}\n"
+        f"  terminals  ws://{host}:{node.ws_port}/      (try: monotape tape XNAS:AAPL)\n"
+        f"  metrics    http://{host}:{node.admin_port}/metrics\n"
+        f"  health     http://{host}:{node.admin_port}/healthz\n"
+        f"  data dir   {cfg.data_dir}\n"
+        "Ctrl-C stops it.",
+        flush=True,
+    )
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, node.request_stop)
+    try:
+        if duration:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(node.wait(), duration)
+        else:
+            await node.wait()
+    finally:
+        await node.stop()
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    overrides = {
+        "server.ws_port": args.ws_port,
+        "server.admin_port": args.admin_port,
+        "server.host": args.host,
+        "server.lanes": args.lanes,
+        "simulator.rate": args.rate,
+        "simulator.spike_every_s": args.spike_every,
+        "feeds.replay": args.replay,
+        "feeds.replay_speed": args.replay_speed,
+        "feeds.replay_start_delay_s": args.replay_start_delay,
+        "feeds.restart_every_s": args.restart_every,
+    }
+    cfg = _config(args, overrides)
+    if args.print_config:
+        sys.stdout.write(msgspec.json.format(msgspec.json.encode(cfg)).decode() + "\n")
+        return 0
+    return _runner(_run(cfg, args.duration))
+
+
+async def _tape(url: str, keys: Sequence[str], priority: Sequence[str], count: int | None) -> int:
+    from monotape.platform.sdk import ServerError, TerminalClient
+
+    client = TerminalClient(url)
+    try:
+        await client.connect()
+    except OSError as exc:
+        print(f"cannot connect to {url}: {exc}", file=sys.stderr)
+        return 2
+    try:
+        try:
+            await client.subscribe(keys)
+            if priority:
+                await client.set_priority(priority)
+        except ServerError as exc:
+            print(f"refused: {exc}", file=sys.stderr)
+            return 2
+        print(
+            f"{'time':<12} {'symbol':<16} {'bid':>12} {'ask':>12} {'last':>12} {'size':>7}  "
+            f"{'version':<26} path"
+        )
+        n = 0
+        async for q in client.updates():
+            stamp = datetime.now().strftime("%H:%M:%S.%f")[:-3]
+            print(
+                f"{stamp:<12} {q.key:<16} {q.price(q.bid):>12.{q.decimals}f} "
+                f"{q.price(q.ask):>12.{q.decimals}f} {q.price(q.last):>12.{q.decimals}f} "
+                f"{q.size:>7}  {q.epoch}:{q.seq:<24} {q.source}",
+                flush=True,
+            )
+            n += 1
+            if count is not None and n >= count:
+                break
+        if client.stats.regressions:
+            print(f"REGRESSIONS SEEN: {client.stats.regressions}", file=sys.stderr)
+            return 1
+        return 0
+    finally:
+        await client.close()
+
+
+def cmd_tape(args: argparse.Namespace) -> int:
+    cfg = _config(args, {})
+    url = args.url or f"ws://{cfg.server.host}:{cfg.server.ws_port}/"
+    with contextlib.suppress(KeyboardInterrupt):
+        return _runner(_tape(url, args.keys, args.priority or [], args.count))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="monotape", description="Market-data fan-out: a price never moves backwards."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="start the whole pipeline on loopback (simulated venues)")
+    _common(run)
+    run.add_argument("--host", help="listen address (default 127.0.0.1)")
+    run.add_argument("--ws-port", type=int, help="WebSocket port (default 8765; 0 picks one)")
+    run.add_argument("--admin-port", type=int, help="admin API port (default 8081; 0 picks one)")
+    run.add_argument("--lanes", type=int, help="sequencer lanes (default 4)")
+    run.add_argument("--rate", type=float, help="simulated ticks/s across venues (default 20000)")
+    run.add_argument("--spike-every", type=float, help="seconds between 190k/s spikes (0: none)")
+    run.add_argument("--replay", help="replay an NDJSON tick file instead of simulating")
+    run.add_argument("--replay-speed", type=float, help="replay pacing factor (default 1.0)")
+    run.add_argument("--replay-start-delay", type=float, help="seconds before the replay starts")
+    run.add_argument("--restart-every", type=float, help="restart a handler per venue every N s")
+    run.add_argument("--duration", type=float, help="stop by itself after N seconds")
+    run.add_argument("--print-config", action="store_true", help="print the effective config")
+    run.set_defaults(func=cmd_run)
+
+    tape = sub.add_parser("tape", help="show a live tape of some symbols in the terminal")
+    _common(tape)
+    tape.add_argument("keys", nargs="+", metavar="KEY", help="venue-qualified keys, e.g. XNAS:AAPL")
+    tape.add_argument("--url", help="server URL (default ws://127.0.0.1:8765/)")
+    tape.add_argument("--priority", nargs="*", metavar="KEY", help="mark keys as order-ticket")
+    tape.add_argument("--count", type=int, help="stop after N updates")
+    tape.set_defaults(func=cmd_tape)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        result: int = args.func(args)
+    except ConfigError as exc:
+        print(f"monotape: {exc}", file=sys.stderr)
+        return 2
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(main())

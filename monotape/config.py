@@ -1,0 +1,120 @@
+"""One typed configuration: defaults that run on a laptop.
+
+Precedence (DESIGN: Configuration): built-in defaults < optional TOML file (``--config``) <
+``MONOTAPE_*`` environment variables < command-line flags. Only ``monotape.cli`` reads argv and
+the environment; everything else is handed a ``Config``.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+__all__ = [
+    "Config",
+    "ConfigError",
+    "FeedConfig",
+    "ServerConfig",
+    "SimulatorConfig",
+    "load_config",
+]
+
+
+class ConfigError(ValueError):
+    """A configuration value is wrong; the message names the field."""
+
+
+class SimulatorConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    venues: int = 6
+    instruments: int = 2400
+    rate: float = 20_000.0  # ticks/s across all venues; the seed's peak is 120k, spikes 190k
+    spike_rate: float = 190_000.0  # rate during a scheduled spike (a macro print)
+    spike_every_s: float = 0.0  # 0: no scheduled spikes
+    spike_duration_s: float = 0.5
+    seed: int = 7
+
+
+class FeedConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    # DESIGN: two handlers per venue, active/active, drifting 6-9 ms apart.
+    lag_min_ms: float = 6.0
+    lag_max_ms: float = 9.0
+    # A started handler's epoch takes effect at venue time now + this fence: it must exceed the
+    # drift between the twins, so both stamp the same version on the same venue update.
+    epoch_fence_ms: float = 250.0
+    replay: str = ""  # an NDJSON tick file (docs/replay.md) replaces the simulator when set
+    replay_speed: float = 1.0
+    replay_start_delay_s: float = 0.0
+    # Chaos for demos and tests: every N seconds one handler of every venue stops for
+    # restart_down_s and starts again (alternating A and B). 0 disables it.
+    restart_every_s: float = 0.0
+    restart_down_s: float = 0.5
+
+
+class ServerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    host: str = "127.0.0.1"
+    ws_port: int = 8765
+    admin_port: int = 8081
+    lanes: int = 4
+    frame_ms: float = 40.0  # DESIGN: 40 ms conflation frames (25 Hz)
+    outbox_frames: int = 64  # DESIGN: bounded per-connection ring, drop-oldest
+    write_high_water: int = 64 * 1024  # bytes queued in a transport before frames go to the ring
+    # Kernel send buffer per terminal socket. Bounded on purpose: autotuning would let 6,000
+    # slow terminals pin up to 4 MB of kernel memory each, and hide a slow consumer for seconds.
+    so_sndbuf: int = 128 * 1024
+    max_subscriptions: int = 256
+    max_priority: int = 8
+    max_message_bytes: int = 16 * 1024
+    requests_per_s: float = 20.0
+    request_burst: int = 40
+    heartbeat_s: float = 1.0
+
+
+class Config(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    data_dir: str = ".monotape"
+    log_level: str = "info"
+    simulator: SimulatorConfig = msgspec.field(default_factory=SimulatorConfig)
+    feeds: FeedConfig = msgspec.field(default_factory=FeedConfig)
+    server: ServerConfig = msgspec.field(default_factory=ServerConfig)
+
+
+def _set_path(tree: dict[str, Any], dotted: str, value: Any) -> None:
+    node = tree
+    parts = dotted.split(".")
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+    node[parts[-1]] = value
+
+
+def load_config(
+    toml_path: str | None = None,
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> Config:
+    """Build the effective configuration.
+
+    ``env``: ``MONOTAPE_SERVER__WS_PORT=9000`` sets ``server.ws_port`` (``__`` separates levels);
+    ``MONOTAPE_DATA_DIR`` sets ``data_dir``. ``overrides`` maps dotted paths to values (flags).
+    """
+    tree: dict[str, Any] = {}
+    if toml_path:
+        try:
+            tree = tomllib.loads(Path(toml_path).read_text())
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise ConfigError(f"config file {toml_path}: {exc}") from exc
+    for name, raw in (env or {}).items():
+        if not name.startswith("MONOTAPE_") or name == "MONOTAPE_CONFIG":
+            continue
+        dotted = name.removeprefix("MONOTAPE_").lower().replace("__", ".")
+        _set_path(tree, dotted, raw)
+    for dotted, value in (overrides or {}).items():
+        if value is not None:
+            _set_path(tree, dotted, value)
+    try:
+        # strict=False: environment values arrive as strings ("9000" -> 9000).
+        return msgspec.convert(tree, Config, strict=False)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(f"invalid configuration: {exc}") from exc

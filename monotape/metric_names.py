@@ -1,0 +1,64 @@
+"""Every metric name, defined once (DESIGN: Metric names).
+
+The service, the dashboards and the alert rules import these constants, so the three can never
+drift apart. Names are the Prometheus names as exposed; counters are declared here without the
+``_total`` suffix only where prometheus_client appends it (see ``counter_base``).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ADMISSION_REJECTED",
+    "AUTH_CACHE_HITS",
+    "AUTH_CACHE_MISSES",
+    "BYTES_SENT",
+    "CONNECTIONS",
+    "DISCONNECTS",
+    "DUPLICATE_TICKS",
+    "EVENT_LOOP_LAG",
+    "FEED_HANDLER_UP",
+    "FRAMES_SENT",
+    "FRAME_PAYLOADS",
+    "GAP_SNAPSHOTS",
+    "GC_PAUSE",
+    "INVARIANT_VIOLATION",
+    "OUTBOX_FRAMES",
+    "OUTBOX_FRAMES_MAX",
+    "PRIORITY_UPDATES_SENT",
+    "REQUEST_ERRORS",
+    "SEQUENCE_REGRESSIONS",
+    "SLOW_CONSUMER_DROPS",
+    "STAGE_LATENCY",
+    "TICKS_ADMITTED",
+    "TICKS_RECEIVED",
+    "counter_base",
+]
+
+SEQUENCE_REGRESSIONS = "monotape_sequence_regressions_total"  # {venue}
+DUPLICATE_TICKS = "monotape_duplicate_ticks_total"  # {venue}
+TICKS_ADMITTED = "monotape_ticks_admitted_total"  # {venue}
+TICKS_RECEIVED = "monotape_ticks_received_total"  # {venue,handler}: what handlers delivered
+STAGE_LATENCY = "monotape_stage_latency_seconds"  # {stage,quantile}
+GC_PAUSE = "monotape_gc_pause_seconds"  # histogram {generation}
+INVARIANT_VIOLATION = "monotape_invariant_violation"  # {invariant}
+CONNECTIONS = "monotape_connections"
+FRAMES_SENT = "monotape_frames_sent_total"
+BYTES_SENT = "monotape_bytes_sent_total"
+FRAME_PAYLOADS = "monotape_frame_payloads"
+OUTBOX_FRAMES = "monotape_outbox_frames"
+OUTBOX_FRAMES_MAX = "monotape_outbox_frames_max"
+PRIORITY_UPDATES_SENT = "monotape_priority_updates_sent_total"
+SLOW_CONSUMER_DROPS = "monotape_slow_consumer_drops_total"
+GAP_SNAPSHOTS = "monotape_gap_snapshots_total"
+ADMISSION_REJECTED = "monotape_admission_rejected_total"
+AUTH_CACHE_HITS = "monotape_auth_cache_hits_total"
+AUTH_CACHE_MISSES = "monotape_auth_cache_misses_total"
+FEED_HANDLER_UP = "monotape_feed_handler_up"  # {venue,handler}
+EVENT_LOOP_LAG = "monotape_event_loop_lag_seconds"
+DISCONNECTS = "monotape_disconnects_total"  # {reason}
+REQUEST_ERRORS = "monotape_request_errors_total"  # {code}
+
+
+def counter_base(name: str) -> str:
+    """The name to give a prometheus_client ``Counter``: it appends ``_total`` itself."""
+    return name.removesuffix("_total")

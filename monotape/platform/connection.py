@@ -1,0 +1,117 @@
+"""One terminal's connection: the bounded writer in front of its socket.
+
+Frames arrive here already WebSocket-framed, the same ``bytes`` object for every connection of
+a subscription signature (server frames are unmasked: RFC 6455 §5.1), so a delivery is one
+``transport.write``. When the kernel and the transport buffer are full (a slow terminal), frames
+wait in a bounded 64-frame ring; past that the oldest are dropped, the ring sets a gap, and the
+next thing the terminal gets is a full snapshot (DESIGN: Fan-out and backpressure).
+
+MEASURED trap: under uvloop, ``transport.write()`` raises once the library has started closing
+the connection, while ``is_closing()`` still says False. So every write checks the protocol's own
+state first and any failure is confined to this connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import Callable
+
+from websockets.asyncio.server import ServerConnection
+from websockets.protocol import State
+
+from monotape.platform.outbox import Outbox
+
+__all__ = ["Connection", "WriteFailed"]
+
+
+class WriteFailed(Exception):
+    """The connection can no longer be written to; its owner tears it down."""
+
+
+class Connection:
+    __slots__ = (
+        "bucket_tokens",
+        "bucket_ts",
+        "bytes_sent",
+        "closing",
+        "conn_id",
+        "frames_sent",
+        "high_water",
+        "opened_ns",
+        "outbox",
+        "peer",
+        "request_errors",
+        "transport",
+        "ws",
+    )
+
+    def __init__(
+        self,
+        conn_id: int,
+        ws: ServerConnection,
+        *,
+        outbox_frames: int,
+        high_water: int,
+        opened_ns: int,
+        request_burst: int,
+        so_sndbuf: int = 0,
+    ) -> None:
+        self.conn_id = conn_id
+        self.ws = ws
+        self.transport: asyncio.Transport = ws.transport
+        sock = self.transport.get_extra_info("socket")
+        if sock is not None and so_sndbuf > 0:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, so_sndbuf)
+        self.outbox = Outbox(outbox_frames)
+        self.high_water = high_water
+        self.opened_ns = opened_ns
+        remote = ws.remote_address
+        self.peer = f"{remote[0]}:{remote[1]}" if remote else "?"
+        self.closing = False
+        self.frames_sent = 0
+        self.bytes_sent = 0
+        self.request_errors = 0
+        self.bucket_tokens = float(request_burst)
+        self.bucket_ts = opened_ns
+
+    @property
+    def writable(self) -> bool:
+        return not self.closing and self.ws.protocol.state is State.OPEN
+
+    def _write(self, wire: bytes) -> None:
+        if not self.writable:
+            raise WriteFailed("connection is not open")
+        try:
+            self.transport.write(wire)
+        except Exception as exc:  # uvloop raises RuntimeError after write_eof
+            raise WriteFailed(str(exc)) from exc
+        self.frames_sent += 1
+        self.bytes_sent += len(wire)
+
+    def deliver(self, wire: bytes) -> None:
+        """Send now, or queue in the bounded ring when the terminal is behind (ordered)."""
+        outbox = self.outbox
+        if outbox.gap or len(outbox) or self.transport.get_write_buffer_size() > self.high_water:
+            outbox.push(wire)
+            return
+        self._write(wire)
+
+    def flush(self, snapshot_for_gap: Callable[[], bytes]) -> bool:
+        """Move queued frames to the socket while it has room; returns True if a gap was
+        resolved with a fresh snapshot (the caller counts it)."""
+        outbox = self.outbox
+        resolved = False
+        while self.transport.get_write_buffer_size() <= self.high_water:
+            if outbox.gap:
+                outbox.resolve_gap(snapshot_for_gap())
+                resolved = True
+            item = outbox.pop()
+            if item is None:
+                break
+            self._write(item)
+        return resolved
+
+    @property
+    def behind(self) -> bool:
+        return bool(self.outbox.gap or len(self.outbox))

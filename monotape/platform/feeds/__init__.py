@@ -1,0 +1,1 @@
+"""Venue simulator, redundant feed handlers, replay adapter and the epoch store."""

@@ -1,0 +1,194 @@
+"""A redundant feed handler: hears one venue, normalizes its updates into versioned ticks.
+
+Two handlers per venue run active/active, drifting 6-9 ms apart (DESIGN: Workload). Each one
+derives the version of an update only from the venue's own stream (``seq`` = update id, else the
+venue timestamp) and from the group's epoch records (``epoch_for``, see ``epochs``), so both
+stamp the same version on the same update and the sequencer's ``admit`` keeps exactly one copy.
+
+The handler is a state machine with no I/O: ``on_venue`` feeds it what the venue published,
+``drain_due`` asks for what its (simulated) network and decode delay has let through. The delay
+line is bounded (STYLE habit 7): an overflow drops the oldest updates and counts them.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from monotape.clock import Clock
+from monotape.platform.feeds.epochs import RETAINED_RECORDS, EpochRecord, EpochStore
+from monotape.platform.feeds.simulator import VenueUpdate
+from monotape.platform.model import Tick
+
+__all__ = ["FeedHandler", "make_handler_pair"]
+
+
+class FeedHandler:
+    """One handler of a venue's redundancy group (group name = venue)."""
+
+    def __init__(
+        self,
+        venue: str,
+        name: str,
+        lag_ns: int,
+        epochs: EpochStore,
+        clock: Clock,
+        *,
+        update_ids: bool,
+        fence_ns: int = 250_000_000,
+        max_pending: int = 200_000,
+    ) -> None:
+        if lag_ns < 0 or fence_ns < 0 or max_pending < 1:
+            raise ValueError("lag_ns and fence_ns must be >= 0, max_pending >= 1")
+        self.venue = venue
+        self.name = name
+        self.lag_ns = lag_ns
+        self.update_ids = update_ids
+        self.fence_ns = fence_ns
+        self.max_pending = max_pending
+        self.up = False
+        self.delivered = 0
+        self.dropped = 0  # delay-line overflow (drop-oldest)
+        self.malformed = 0  # an update without an id from a venue that has them
+        self.restarts = 0
+        self._epochs = epochs
+        self._clock = clock
+        self._records: list[EpochRecord] = []
+        # Batches, not single updates: one deque entry per ``on_venue`` call keeps the per-update
+        # cost of the delay line at a list append.
+        self._pending: deque[tuple[int, list[VenueUpdate]]] = deque()
+        self._pending_count = 0
+        # Registered once (a store has no unwatch); adopting while down is harmless because
+        # ``start`` reloads the records anyway.
+        epochs.watch(venue, self._adopt)
+
+    @property
+    def records(self) -> list[EpochRecord]:
+        """The epoch records this handler stamps with (a copy)."""
+        return list(self._records)
+
+    @property
+    def pending(self) -> int:
+        return self._pending_count
+
+    def start(self) -> EpochRecord:
+        """(Re)start: bump the group's epoch with a fence on the venue's stream, then go live."""
+        self._drop_pending()
+        record = self._epochs.bump(self.venue, self._clock.wall_ns() + self.fence_ns)
+        self._records = self._epochs.records(self.venue)
+        self.up = True
+        self.restarts += 1
+        return record
+
+    def stop(self) -> None:
+        """A dead handler delivers nothing: what was still in its delay line is lost."""
+        self.up = False
+        self._drop_pending()
+
+    def refresh_epochs(self) -> None:
+        """Reload the group's records from the store: for stores whose ``watch`` cannot see
+        another process's bumps; call it well within the fence (250 ms)."""
+        self._records = self._epochs.records(self.venue)
+
+    def _adopt(self, record: EpochRecord) -> None:
+        if not self._records or record.epoch > self._records[-1].epoch:
+            self._records.append(record)
+            # Same trim as the store, so a live handler and a freshly started twin hold the same
+            # records and therefore stamp the same epochs.
+            del self._records[:-RETAINED_RECORDS]
+
+    def _drop_pending(self) -> None:
+        self._pending.clear()
+        self._pending_count = 0
+
+    def on_venue(self, updates: Sequence[VenueUpdate]) -> None:
+        """Hear the venue: keep this venue's updates, due after this handler's lag."""
+        if not self.up:
+            return
+        venue = self.venue
+        batch = [u for u in updates if u.venue == venue]
+        if not batch:
+            return
+        if len(batch) > self.max_pending:
+            self.dropped += len(batch) - self.max_pending
+            batch = batch[-self.max_pending :]
+        overflow = self._pending_count + len(batch) - self.max_pending
+        while overflow > 0:
+            due, oldest = self._pending[0]
+            if len(oldest) <= overflow:
+                self._pending.popleft()
+                cut = len(oldest)
+            else:
+                self._pending[0] = (due, oldest[overflow:])
+                cut = overflow
+            self._pending_count -= cut
+            self.dropped += cut
+            overflow -= cut
+        self._pending.append((self._clock.now_ns() + self.lag_ns, batch))
+        self._pending_count += len(batch)
+
+    def drain_due(self) -> list[Tick]:
+        """Normalize every update whose due time has passed, in venue order."""
+        pending = self._pending
+        if not pending:
+            return []
+        now = self._clock.now_ns()
+        out: list[Tick] = []
+        records = self._records
+        newest_fence = records[-1].fence_ts_ns if records else 0
+        newest_epoch = records[-1].epoch if records else 0
+        name = self.name
+        update_ids = self.update_ids
+        while pending and pending[0][0] <= now:
+            _, batch = pending.popleft()
+            self._pending_count -= len(batch)
+            for u in batch:
+                ts = u.venue_ts_ns
+                # Fast path: a live handler's updates are past the newest fence.
+                if ts >= newest_fence:
+                    epoch = newest_epoch
+                else:
+                    epoch = 0
+                    for r in reversed(records):
+                        if r.fence_ts_ns <= ts:
+                            epoch = r.epoch
+                            break
+                if update_ids:
+                    if u.update_id is None:
+                        self.malformed += 1
+                        continue
+                    seq = u.update_id
+                else:
+                    seq = ts
+                out.append(
+                    Tick(u.iid, u.venue, epoch, seq, ts, u.bid, u.ask, u.last, u.size, name, now)
+                )
+        self.delivered += len(out)
+        return out
+
+
+class _Uniform(Protocol):
+    def uniform(self, a: float, b: float, /) -> float: ...
+
+
+def make_handler_pair(
+    venue: str,
+    epochs: EpochStore,
+    clock: Clock,
+    lag_min_ms: float,
+    lag_max_ms: float,
+    rng: _Uniform,
+    **kw: Any,
+) -> tuple[FeedHandler, FeedHandler]:
+    """Handlers "A" (lags the venue by 0-1 ms) and "B" (lags A by ``lag_min_ms``-``lag_max_ms``,
+    FeedConfig: 6-9 ms). ``kw`` goes to both (``update_ids=``, ``fence_ns=``, ``max_pending=``).
+    Neither is started."""
+    if not 0 <= lag_min_ms <= lag_max_ms:
+        raise ValueError(f"need 0 <= lag_min_ms <= lag_max_ms, got {lag_min_ms}, {lag_max_ms}")
+    lag_a = int(rng.uniform(0.0, 1.0) * 1_000_000)
+    lag_b = lag_a + int(rng.uniform(lag_min_ms, lag_max_ms) * 1_000_000)
+    return (
+        FeedHandler(venue, "A", lag_a, epochs, clock, **kw),
+        FeedHandler(venue, "B", lag_b, epochs, clock, **kw),
+    )

@@ -1,0 +1,93 @@
+"""Scrape-time export of the node's plain-int counters (prometheus_client custom Collector).
+
+The hot path counts in ints; this turns them into metric families only when /metrics is read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from monotape import metric_names as m
+
+if TYPE_CHECKING:
+    from monotape.platform.feeds.handler import FeedHandler
+    from monotape.platform.server import FanoutServer
+
+__all__ = ["FanoutCollector", "FeedCollector"]
+
+
+def _counter(name: str, doc: str, value: float) -> CounterMetricFamily:
+    return CounterMetricFamily(m.counter_base(name), doc, value=value)
+
+
+def _labelled_counter(
+    name: str, doc: str, label: str, values: Mapping[str, int]
+) -> CounterMetricFamily:
+    family = CounterMetricFamily(m.counter_base(name), doc, labels=[label])
+    for key, value in sorted(values.items()):
+        family.add_metric([key], value)
+    return family
+
+
+class FanoutCollector(Collector):
+    def __init__(self, server: FanoutServer) -> None:
+        self._server = server
+
+    def collect(self) -> Iterator[Metric]:
+        s = self._server
+        st = s.stats
+        frames, sent = s.sent_totals()
+        yield GaugeMetricFamily(
+            m.CONNECTIONS, "Open terminal connections.", value=len(s.connections)
+        )
+        yield _counter(m.FRAMES_SENT, "Messages written to terminal connections.", frames)
+        yield _counter(m.BYTES_SENT, "Bytes written to terminal connections.", sent)
+        yield GaugeMetricFamily(
+            m.FRAME_PAYLOADS, "Distinct payloads built for the last frame.", value=st.payloads_last
+        )
+        yield _counter(m.PRIORITY_UPDATES_SENT, "Priority updates written.", st.priority_sent)
+        yield _counter(
+            m.SLOW_CONSUMER_DROPS,
+            "Frames dropped from full outbound rings.",
+            s.slow_consumer_drops(),
+        )
+        queued = [len(c.outbox) for c in s.connections.values()]
+        yield GaugeMetricFamily(
+            m.OUTBOX_FRAMES, "Frames waiting in outbound rings, all connections.", value=sum(queued)
+        )
+        yield GaugeMetricFamily(
+            m.OUTBOX_FRAMES_MAX,
+            "Frames waiting in the fullest outbound ring (bounded by server.outbox_frames).",
+            value=max(queued, default=0),
+        )
+        yield _counter(m.GAP_SNAPSHOTS, "Snapshots sent to resolve a gap.", st.gap_snapshots)
+        yield _labelled_counter(
+            m.DISCONNECTS, "Connections torn down, by reason.", "reason", st.disconnects
+        )
+        yield _labelled_counter(
+            m.REQUEST_ERRORS, "Client requests refused, by error code.", "code", st.request_errors
+        )
+
+
+class FeedCollector(Collector):
+    def __init__(self, handlers: Callable[[], list[FeedHandler]]) -> None:
+        self._handlers = handlers
+
+    def collect(self) -> Iterator[Metric]:
+        up = GaugeMetricFamily(
+            m.FEED_HANDLER_UP, "1 while a feed handler is up.", labels=["venue", "handler"]
+        )
+        received = CounterMetricFamily(
+            m.counter_base(m.TICKS_RECEIVED),
+            "Ticks delivered by feed handlers (both of a pair: duplicates included).",
+            labels=["venue", "handler"],
+        )
+        for h in self._handlers():
+            up.add_metric([h.venue, h.name], 1.0 if h.up else 0.0)
+            received.add_metric([h.venue, h.name], h.delivered)
+        yield up
+        yield received

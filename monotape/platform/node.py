@@ -1,0 +1,236 @@
+"""The composition root: build every stage from one Config, start it, stop it.
+
+Everything of the embedded default runs in one event loop: the venue simulator (or a replay
+file), two feed handlers per venue, the in-process bus, the sequencer lanes, the 40 ms frame
+clock, the WebSocket fan-out and the admin API. Each piece is a state machine; the tasks here
+only move data between them on time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import socket
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+
+import uvicorn
+from prometheus_client import CollectorRegistry
+
+from monotape.clock import Clock, SystemClock
+from monotape.config import Config
+from monotape.log import log_event
+from monotape.platform.admin import build_admin_app
+from monotape.platform.bus import InProcessBus
+from monotape.platform.conflation import next_boundary
+from monotape.platform.feeds.epochs import FileEpochStore
+from monotape.platform.feeds.handler import FeedHandler, make_handler_pair
+from monotape.platform.feeds.replay import ReplayAdapter
+from monotape.platform.feeds.simulator import (
+    VenueSimulator,
+    VenueUpdate,
+    build_universe,
+    venues_with_update_ids,
+)
+from monotape.platform.metrics import FanoutCollector, FeedCollector
+from monotape.platform.model import Instrument, Tick
+from monotape.platform.sequencer import Sequencer, SequencerCollector
+from monotape.platform.server import FanoutServer
+
+__all__ = ["Node"]
+
+PUMP_INTERVAL_S = 0.001  # handlers' delay lines are drained at ~1 ms resolution
+
+
+class Node:
+    def __init__(self, cfg: Config, clock: Clock | None = None) -> None:
+        self.cfg = cfg
+        self.clock: Clock = clock or SystemClock()
+        self.data_dir = Path(cfg.data_dir)
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.epochs = FileEpochStore(self.data_dir / "epochs")
+        self.replay: ReplayAdapter | None = None
+        self.simulator: VenueSimulator | None = None
+        self.handlers: list[FeedHandler] = []
+        self._by_venue: dict[str, list[FeedHandler]] = defaultdict(list)
+        if cfg.feeds.replay:
+            self.replay = ReplayAdapter(
+                cfg.feeds.replay,
+                self.clock,
+                speed=cfg.feeds.replay_speed,
+                start_delay_ns=int(cfg.feeds.replay_start_delay_s * 1e9),
+            )
+            self.universe: list[Instrument] = list(self.replay.universe)
+        else:
+            sim = cfg.simulator
+            self.universe = build_universe(sim.venues, sim.instruments, sim.seed)
+            self.simulator = VenueSimulator(self.universe, sim, self.clock)
+            with_ids = venues_with_update_ids(self.universe)
+            rng = random.Random(sim.seed)
+            for venue in sorted({i.venue for i in self.universe}):
+                pair = make_handler_pair(
+                    venue,
+                    self.epochs,
+                    self.clock,
+                    cfg.feeds.lag_min_ms,
+                    cfg.feeds.lag_max_ms,
+                    rng,
+                    update_ids=venue in with_ids,
+                    fence_ns=int(cfg.feeds.epoch_fence_ms * 1e6),
+                )
+                self.handlers.extend(pair)
+                self._by_venue[venue].extend(pair)
+        self.frame_ns = int(cfg.server.frame_ms * 1e6)
+        self.bus = InProcessBus()
+        self.sequencer = Sequencer(cfg.server.lanes, self.frame_ns)
+        self.server = FanoutServer(cfg.server, self.universe, self.sequencer, self.clock)
+        self.bus.subscribe(self._on_ticks)
+        self.registry = CollectorRegistry()
+        self.registry.register(SequencerCollector(self.sequencer))
+        self.registry.register(FanoutCollector(self.server))
+        self.registry.register(FeedCollector(lambda: self.handlers))
+        self.ws_port = 0
+        self.admin_port = 0
+        self.ready = False
+        self._tasks: list[asyncio.Task[None]] = []
+        self._admin: uvicorn.Server | None = None
+        self._stopped = asyncio.Event()
+
+    # -- data movement -------------------------------------------------------------------------
+    def _on_ticks(self, ticks: Sequence[Tick]) -> None:
+        applied = self.sequencer.on_ticks(ticks, self.clock.now_ns())
+        if applied:
+            self.server.publish_priority(applied)
+
+    def pump(self) -> None:
+        """Move everything that is due: venue -> both handlers -> (after their lag) the bus."""
+        if self.simulator is not None:
+            updates = self.simulator.step()
+            if updates:
+                per_venue: dict[str, list[VenueUpdate]] = defaultdict(list)
+                for u in updates:
+                    per_venue[u.venue].append(u)
+                for venue, batch in per_venue.items():
+                    for handler in self._by_venue[venue]:
+                        handler.on_venue(batch)
+        if self.replay is not None:
+            self.bus.publish(self.replay.step())
+        for handler in self.handlers:
+            ticks = handler.drain_due()
+            if ticks:
+                self.bus.publish(ticks)
+
+    async def _pump_loop(self) -> None:
+        while True:
+            self.pump()
+            await asyncio.sleep(PUMP_INTERVAL_S)
+
+    async def _frame_loop(self) -> None:
+        # Boundaries sit on a fixed grid of the monotonic clock; a late wake-up still publishes
+        # the boundary it was due for, and never lets the lateness accumulate.
+        while True:
+            now = self.clock.now_ns()
+            boundary = next_boundary(now, self.frame_ns)
+            await asyncio.sleep((boundary - now) / 1e9)
+            self.pump()
+            self.server.publish_frame(self.sequencer.take_frame(boundary))
+
+    async def _heartbeat_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.cfg.server.heartbeat_s)
+            self.server.publish_heartbeat(self.clock.wall_ns() // 1_000_000)
+
+    async def _chaos_loop(self) -> None:
+        """Restart one handler of every venue on a schedule: proves a restart never yields a
+        regression or a frozen symbol."""
+        every = self.cfg.feeds.restart_every_s
+        which = 0
+        while True:
+            await asyncio.sleep(every)
+            victims = [hs[which % len(hs)] for hs in self._by_venue.values() if hs]
+            which += 1
+            for h in victims:
+                h.stop()
+                log_event("handler_stopped", venue=h.venue, handler=h.name)
+            await asyncio.sleep(self.cfg.feeds.restart_down_s)
+            for h in victims:
+                record = h.start()
+                log_event(
+                    "handler_restarted",
+                    venue=h.venue,
+                    handler=h.name,
+                    epoch=record.epoch,
+                    fence_ts_ns=record.fence_ts_ns,
+                )
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    async def start(self) -> None:
+        for handler in self.handlers:
+            record = handler.start()
+            log_event(
+                "handler_started", venue=handler.venue, handler=handler.name, epoch=record.epoch
+            )
+        self.ws_port = await self.server.start()
+        await self._start_admin()
+        loop_tasks = [self._pump_loop(), self._frame_loop(), self._heartbeat_loop()]
+        if self.cfg.feeds.restart_every_s > 0 and self.handlers:
+            loop_tasks.append(self._chaos_loop())
+        self._tasks = [asyncio.create_task(t) for t in loop_tasks]
+        for task in self._tasks:
+            task.add_done_callback(self._task_done)
+        self.ready = True
+        log_event(
+            "listening",
+            ws=f"ws://{self.cfg.server.host}:{self.ws_port}/",
+            admin=f"http://{self.cfg.server.host}:{self.admin_port}/",
+            instruments=len(self.universe),
+            source="replay" if self.replay else "simulator",
+        )
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is not None:
+            log_event("task_failed", level="error", task=task.get_name(), error=repr(exc))
+            self._stopped.set()
+
+    async def _start_admin(self) -> None:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((self.cfg.server.host, self.cfg.server.admin_port))
+        self.admin_port = sock.getsockname()[1]
+        config = uvicorn.Config(
+            build_admin_app(self), log_level="warning", lifespan="off", access_log=False
+        )
+        self._admin = uvicorn.Server(config)
+        config.load()
+        self._admin.lifespan = config.lifespan_class(config)
+        # startup()/shutdown() rather than serve(): serve() would take over SIGINT/SIGTERM,
+        # which belong to the node (graceful stop of everything, terminals first).
+        await self._admin.startup(sockets=[sock])
+        self._admin_sock = sock
+
+    async def wait(self) -> None:
+        await self._stopped.wait()
+
+    def request_stop(self) -> None:
+        self._stopped.set()
+
+    async def stop(self) -> None:
+        self.ready = False
+        await self.server.stop()
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        if self._admin is not None:
+            self._admin.should_exit = True
+            await self._admin.shutdown(sockets=[self._admin_sock])
+            self._admin_sock.close()
+        for handler in self.handlers:
+            handler.stop()
+        log_event("stopped", disconnects=dict(self.server.stats.disconnects))

@@ -1,0 +1,113 @@
+"""Shared fixtures: the real `monotape run` as a subprocess on loopback, started and stopped."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class RunningServer:
+    proc: subprocess.Popen[str]
+    ws_port: int
+    admin_port: int
+    data_dir: Path
+    output: list[str] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return f"ws://127.0.0.1:{self.ws_port}/"
+
+    def http(self, path: str) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.admin_port}{path}", timeout=5) as r:
+            body: bytes = r.read()
+        return body.decode()
+
+    def metrics(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        """Every sample of /metrics, parsed by Prometheus' own text-format parser."""
+        samples: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+        for family in text_string_to_metric_families(self.http("/metrics")):
+            for s in family.samples:
+                samples[(s.name, tuple(sorted(s.labels.items())))] = s.value
+        return samples
+
+    def metric_sum(self, name: str) -> float:
+        return sum(v for (n, _), v in self.metrics().items() if n == name)
+
+    def stop(self, timeout: float = 15.0) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                raise AssertionError("monotape run did not stop on SIGTERM") from None
+        return self.proc.returncode
+
+
+def start_server(data_dir: Path, *args: str, env: dict[str, str] | None = None) -> RunningServer:
+    cmd = [
+        sys.executable, "-m", "monotape", "run",
+        "--ws-port", "0", "--admin-port", "0", "--data-dir", str(data_dir), *args,
+    ]  # fmt: skip
+    full_env = {**os.environ, **(env or {})}
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=full_env
+    )
+    assert proc.stdout is not None
+    output: list[str] = []
+    deadline = time.monotonic() + 30
+    ws_port = admin_port = 0
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        output.append(line)
+        if m := re.search(r"terminals\s+ws://127\.0\.0\.1:(\d+)/", line):
+            ws_port = int(m.group(1))
+        if m := re.search(r"metrics\s+http://127\.0\.0\.1:(\d+)/", line):
+            admin_port = int(m.group(1))
+        if ws_port and admin_port:
+            break
+    if not (ws_port and admin_port):
+        proc.kill()
+        raise AssertionError("monotape run did not say what it listens on:\n" + "".join(output))
+
+    def drain() -> None:  # keep the pipe from filling up; keep the log for failure reports
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            output.append(line)
+
+    threading.Thread(target=drain, daemon=True).start()
+    return RunningServer(proc, ws_port, admin_port, data_dir, output)
+
+
+@pytest.fixture
+def server_factory(tmp_path: Path) -> Iterator[type]:
+    started: list[RunningServer] = []
+
+    class Factory:
+        @staticmethod
+        def start(*args: str, env: dict[str, str] | None = None) -> RunningServer:
+            s = start_server(tmp_path / f"data{len(started)}", *args, env=env)
+            started.append(s)
+            return s
+
+    yield Factory
+    for s in started:
+        s.stop()

@@ -1,0 +1,222 @@
+"""Connections against the real server: slow consumers, the priority path and bad input."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import statistics
+import time
+
+import msgspec
+import pytest
+import websockets
+
+from monotape import metric_names as m
+from monotape.platform import codec
+from monotape.platform.requests import Subscribe, encode_request
+from monotape.platform.sdk import Quote, ServerError, TerminalClient
+
+pytestmark = [pytest.mark.e2e]
+
+
+async def _keys(url: str) -> list[str]:
+    probe = TerminalClient(url)
+    hello = await probe.connect()
+    await probe.close()
+    return [i.key for i in hello.instruments]
+
+
+class FrameClock:
+    """Arrival times of frames and priority updates at one terminal (loop clock)."""
+
+    def __init__(self) -> None:
+        self.frames: list[float] = []
+        self.priority: list[tuple[float, Quote]] = []
+
+    def on_render(self, q: Quote) -> None:
+        if q.source == "priority":
+            self.priority.append((time.monotonic(), q))
+
+
+@pytest.mark.slow
+async def test_slow_consumer_is_bounded_gets_a_snapshot_and_others_keep_their_rate(
+    server_factory: type,
+) -> None:
+    # Small transport and kernel buffers so a stalled reader overflows its ring within seconds.
+    server = server_factory.start(
+        "--rate", "12000",
+        env={"MONOTAPE_SERVER__WRITE_HIGH_WATER": "4096", "MONOTAPE_SERVER__SO_SNDBUF": "4096"},
+    )  # fmt: skip
+    keys = await _keys(server.url)
+    hot = keys[:256]
+
+    normal = TerminalClient(server.url)
+    await normal.connect()
+    await normal.subscribe(keys[300:400])
+
+    # The slow terminal: a tiny receive buffer, and we stop reading its socket for 5 s.
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(("127.0.0.1", server.ws_port))
+    slow = TerminalClient(server.url)
+    await slow.connect(sock=sock)
+    await slow.subscribe(hot)
+    await asyncio.sleep(1.0)
+    assert slow._ws is not None
+    frames_before = normal.stats.frames
+    t0 = time.monotonic()
+    slow._ws.transport.pause_reading()
+    max_ring = 0.0
+    while time.monotonic() - t0 < 5.0:
+        await asyncio.sleep(0.5)
+        max_ring = max(max_ring, server.metric_sum(m.OUTBOX_FRAMES_MAX))
+    normal_rate = (normal.stats.frames - frames_before) / (time.monotonic() - t0)
+    drops = server.metric_sum(m.SLOW_CONSUMER_DROPS)
+    slow._ws.transport.resume_reading()
+    snapshots_before = slow.stats.snapshots
+    await asyncio.sleep(2.0)
+
+    assert max_ring <= 64, f"a ring held {max_ring} frames"
+    assert drops > 0, "the stalled terminal never overflowed its ring"
+    assert server.metric_sum(m.GAP_SNAPSHOTS) >= 1
+    assert slow.stats.snapshots > snapshots_before, "no snapshot after the gap"
+    assert slow.stats.gaps == 0, "a delta was applied on a stale base"
+    assert slow.stats.regressions == 0
+    assert slow.connected
+    # The other terminal kept its 25 Hz (a frame every 40 ms) while the slow one stalled.
+    assert normal_rate >= 20, f"normal terminal fell to {normal_rate:.1f} frames/s"
+    assert normal.stats.regressions == 0
+    await slow.close()
+    await normal.close()
+
+
+async def test_priority_updates_arrive_between_frame_boundaries(server_factory: type) -> None:
+    server = server_factory.start("--rate", "20000")
+    keys = await _keys(server.url)
+    clock = FrameClock()
+    frame_times: list[float] = []
+
+    client = TerminalClient(server.url, on_render=clock.on_render)
+    await client.connect()
+    original = client._on_message
+
+    def spy(msg: codec.ServerMessage) -> None:
+        if isinstance(msg, codec.Frame):
+            frame_times.append(time.monotonic())
+        original(msg)
+
+    client._on_message = spy  # type: ignore[method-assign]
+    await client.subscribe(keys[:40])
+    await client.set_priority(keys[:8])
+    await asyncio.sleep(4.0)
+    await client.close()
+
+    assert len(clock.priority) >= 20, "too few priority updates to judge"
+    # Time from each priority update to the next frame: were they conflated, it would be ~0.
+    ahead = []
+    for t, _ in clock.priority:
+        later = [f for f in frame_times if f >= t]
+        if later:
+            ahead.append(later[0] - t)
+    assert statistics.median(ahead) > 0.010, "priority updates arrive with the frames"
+    assert client.stats.regressions == 0
+
+
+async def test_bad_input_gets_clear_errors_and_hurts_no_one(server_factory: type) -> None:
+    server = server_factory.start("--rate", "4000")
+    keys = await _keys(server.url)
+    bystander = TerminalClient(server.url)
+    await bystander.connect()
+    await bystander.subscribe(keys[:50])
+    frames_before = bystander.stats.frames
+
+    async def raw() -> websockets.ClientConnection:
+        ws = await websockets.connect(server.url, compression=None, max_size=2**23)
+        hello = codec.decode_message(await ws.recv())  # type: ignore[arg-type]
+        assert isinstance(hello, codec.Hello)
+        return ws
+
+    async def next_error(ws: websockets.ClientConnection) -> codec.Error:
+        while True:
+            msg = codec.decode_message(await asyncio.wait_for(ws.recv(), 5))  # type: ignore[arg-type]
+            if isinstance(msg, codec.Error):
+                return msg
+
+    async def next_ack(ws: websockets.ClientConnection) -> codec.Ack:
+        while True:
+            msg = codec.decode_message(await asyncio.wait_for(ws.recv(), 5))  # type: ignore[arg-type]
+            if isinstance(msg, codec.Ack):
+                return msg
+
+    # Garbage bytes: an error, and the connection still works afterwards.
+    ws = await raw()
+    await ws.send(b"\xc1\x00garbage")  # 0xc1 is never valid msgpack
+    err = await next_error(ws)
+    assert err.code == codec.ErrorCode.BAD_MESSAGE
+    # Malformed request: the message names the field.
+    await ws.send(msgspec.msgpack.encode({"type": "subscribe", "req": "x", "keys": [keys[0]]}))
+    err = await next_error(ws)
+    assert err.code == codec.ErrorCode.INVALID_REQUEST and "req" in err.message
+    # Unknown symbol: refused whole; nothing subscribed.
+    await ws.send(encode_request(Subscribe(req=7, keys=[keys[0], "NOPE:NOTHING"])))
+    err = await next_error(ws)
+    assert err.code == codec.ErrorCode.UNKNOWN_SYMBOL and "NOPE:NOTHING" in err.message
+    assert err.req == 7
+    await ws.send(encode_request(Subscribe(req=8, keys=[keys[1]])))
+    ack = await next_ack(ws)
+    assert (ack.req, ack.subscribed) == (8, 1), "the refused request changed state"
+    # Too many subscriptions: 256 max per connection.
+    await ws.send(encode_request(Subscribe(req=9, keys=keys[2:200])))
+    assert (await next_ack(ws)).subscribed == 199
+    await ws.send(encode_request(Subscribe(req=10, keys=keys[200:300])))
+    err = await next_error(ws)
+    assert err.code == codec.ErrorCode.TOO_MANY_SUBSCRIPTIONS and err.req == 10
+    await ws.send(encode_request(Subscribe(req=11, keys=[keys[1]])))
+    assert (await next_ack(ws)).subscribed == 199
+    await ws.close()
+
+    # Text where binary is expected: an error, then close 1003 with a reason.
+    ws = await raw()
+    await ws.send('{"type": "subscribe"}')
+    with pytest.raises(websockets.ConnectionClosed) as closed:
+        while True:
+            await asyncio.wait_for(ws.recv(), 5)
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1003
+    assert "binary" in closed.value.rcvd.reason
+
+    # Oversized message: close 1009 (message too big).
+    ws = await raw()
+    await ws.send(b"\x00" * (64 * 1024))
+    with pytest.raises(websockets.ConnectionClosed) as closed:
+        while True:
+            await asyncio.wait_for(ws.recv(), 5)
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1009
+
+    # Subscribe flood: rate-limited with a clear error, then closed with 1008.
+    ws = await raw()
+    codes = set()
+    try:
+        for i in range(400):
+            await ws.send(encode_request(Subscribe(req=i, keys=[keys[i % 100]])))
+    except websockets.ConnectionClosed:
+        pass  # the server may close before the flood is over
+    with pytest.raises(websockets.ConnectionClosed) as closed:
+        while True:
+            msg = codec.decode_message(await asyncio.wait_for(ws.recv(), 5))  # type: ignore[arg-type]
+            if isinstance(msg, codec.Error):
+                codes.add(msg.code)
+    assert codec.ErrorCode.RATE_LIMITED in codes
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1008
+    assert "flood" in closed.value.rcvd.reason
+
+    # The SDK surfaces a refusal as a typed error.
+    with pytest.raises(ServerError, match="UNKNOWN_SYMBOL"):
+        await bystander.subscribe(["NOPE:NOTHING"])
+
+    # The bystander never noticed any of it.
+    await asyncio.sleep(1.0)
+    assert bystander.connected
+    assert bystander.stats.frames > frames_before
+    assert bystander.stats.regressions == 0 and bystander.stats.gaps == 0
+    await bystander.close()
+    assert server.metric_sum(m.REQUEST_ERRORS) >= 5
