@@ -65,6 +65,7 @@ class ServerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     # Kernel send buffer per terminal socket. Bounded on purpose: autotuning would let 6,000
     # slow terminals pin up to 4 MB of kernel memory each, and hide a slow consumer for seconds.
     so_sndbuf: int = 128 * 1024
+    slow_consumer_kick_s: float = 30.0  # a ring in gap this long: teardown "slow_consumer"
     max_subscriptions: int = 256
     max_priority: int = 8
     max_message_bytes: int = 16 * 1024

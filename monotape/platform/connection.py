@@ -34,9 +34,11 @@ class Connection:
         "bucket_tokens",
         "bucket_ts",
         "bytes_sent",
+        "close_reason",
         "closing",
         "conn_id",
         "frames_sent",
+        "gap_since_ns",
         "high_water",
         "opened_ns",
         "outbox",
@@ -69,7 +71,9 @@ class Connection:
         remote = ws.remote_address
         self.peer = f"{remote[0]}:{remote[1]}" if remote else "?"
         self.closing = False
+        self.close_reason = ""  # set when the server decides to close (shutdown, drain, kick)
         self.frames_sent = 0
+        self.gap_since_ns = 0  # when the ring last overflowed and has not been resolved since
         self.bytes_sent = 0
         self.request_errors = 0
         self.bucket_tokens = float(request_burst)

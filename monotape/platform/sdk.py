@@ -253,16 +253,14 @@ class TerminalClient:
         iid = rec.iid
         version = (rec.epoch, rec.seq)
         held = self._chain.get(iid)
-        if rec.has_base:
-            if held is None or (held[0], held[1]) != (rec.base_epoch, rec.base_seq):
-                if held is not None and version <= (held[0], held[1]):
-                    self.stats.regressions += 1  # stale data on the chain: a server bug
-                elif iid not in self._resyncing:
-                    self._gap(iid)
-                return
-            bid, ask, last = held[2] + rec.bid, held[3] + rec.ask, held[4] + rec.last
-        else:
-            bid, ask, last = rec.bid, rec.ask, rec.last
+        if rec.has_base and (held is None or (held[0], held[1]) != (rec.base_epoch, rec.base_seq)):
+            if held is not None and version <= (held[0], held[1]):
+                self.stats.regressions += 1  # stale data on the chain: a server bug
+            elif iid not in self._resyncing:
+                self._gap(iid)
+            return
+        # int64 wrap-around arithmetic, as docs/wire.md specifies for every client.
+        bid, ask, last = codec.apply_record(held[2:5] if held is not None else None, rec)
         if held is not None and version < (held[0], held[1]):
             self.stats.regressions += 1
         if held is not None and version <= (held[0], held[1]) and source == SOURCE_FRAME:

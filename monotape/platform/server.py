@@ -151,6 +151,7 @@ class FanoutServer:
         """Close every terminal with a going-away code and a reconnect hint, then stop listening."""
         closing = []
         for conn in list(self.connections.values()):
+            conn.close_reason = reason
             closing.append(self._close(conn, CLOSE_GOING_AWAY, reason, reconnect_after_ms=1000))
         if closing:
             await asyncio.gather(*closing, return_exceptions=True)
@@ -199,15 +200,17 @@ class FanoutServer:
             async for message in ws:
                 close = self._on_message(conn, message)
                 if close is not None:
+                    conn.close_reason = close[2]
                     await self._close(conn, close[0], close[1], reconnect_after_ms=5000)
-                    reason = close[2]
                     break
         except ConnectionClosedOK:
             reason = "closed"
         except ConnectionClosed:
             reason = "connection_lost"
         finally:
-            self.teardown(conn_id, reason)
+            # A close the server started (shutdown, drain, kick) names itself; otherwise the
+            # way the socket ended does.
+            self.teardown(conn_id, conn.close_reason or reason)
 
     async def _close(
         self, conn: Connection, code: int, why: str, *, reconnect_after_ms: int
@@ -227,6 +230,8 @@ class FanoutServer:
             conn.transport.abort()
 
     def _deliver(self, conn: Connection, wire: bytes) -> None:
+        if conn.closing:
+            return  # a close is under way: its own path tears the connection down
         try:
             conn.deliver(wire)
         except WriteFailed:
@@ -352,12 +357,24 @@ class FanoutServer:
         self.flush_behind()
 
     def flush_behind(self) -> None:
+        now = self.clock.now_ns()
+        kick_after = int(self.cfg.slow_consumer_kick_s * 1e9)
         for conn in [c for c in self.connections.values() if c.behind]:
             try:
                 if conn.flush(functools.partial(self._gap_snapshot, conn)):
                     self.stats.gap_snapshots += 1
             except WriteFailed:
                 self.teardown(conn.conn_id, "write_error")
+                continue
+            # A terminal that has not drained its socket for this long is not slow, it is gone
+            # (or wedged): its ring is bounded anyway, but the kernel buffer and the entry are not
+            # worth keeping. It reconnects and hydrates like any other.
+            if not conn.outbox.gap:
+                conn.gap_since_ns = 0
+            elif not conn.gap_since_ns:
+                conn.gap_since_ns = now
+            elif kick_after and now - conn.gap_since_ns > kick_after:
+                self.teardown(conn.conn_id, "slow_consumer")
 
     def _gap_snapshot(self, conn: Connection) -> bytes:
         return self.snapshots.snapshot(self._last_frame_no, self.index.subscriptions(conn.conn_id))
