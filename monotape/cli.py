@@ -10,7 +10,7 @@ import signal
 import sys
 from collections.abc import Callable, Coroutine, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -18,8 +18,10 @@ from monotape.config import Config, ConfigError, load_config
 
 __all__ = ["main"]
 
+T = TypeVar("T")
 
-def _runner(coro: Coroutine[Any, Any, int]) -> int:
+
+def _runner(coro: Coroutine[Any, Any, T]) -> T:
     try:
         import uvloop
 
@@ -143,6 +145,51 @@ def cmd_tape(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_load_churn(args: argparse.Namespace) -> int:
+    from monotape.platform.churn import ChurnConfig, ChurnRefused, print_progress, run_churn
+
+    cfg = _config(args, {})
+    url = args.url or f"ws://{cfg.server.host}:{cfg.server.ws_port}/"
+    knobs = {
+        f: getattr(args, f)
+        for f in ChurnConfig.__struct_fields__
+        if getattr(args, f, None) is not None
+    }
+    try:
+        churn = msgspec.convert(knobs, ChurnConfig)
+    except msgspec.ValidationError as exc:
+        print(f"monotape load churn: {exc}", file=sys.stderr)
+        return 2
+    try:
+        report = _runner(run_churn(url, churn, print_progress))
+    except ChurnRefused as exc:
+        print(f"monotape load churn: {exc}", file=sys.stderr)
+        return 2
+    sys.stdout.write(msgspec.json.format(msgspec.json.encode(report)).decode() + "\n")
+    return 0 if report.errors == 0 else 1
+
+
+def _add_churn(load_sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from monotape.platform.churn import ChurnConfig
+
+    churn = load_sub.add_parser(
+        "churn",
+        help="terminals that open, subscribe, change and leave (6%% by RST); loopback only",
+    )
+    _common(churn)
+    churn.add_argument("--url", help="server URL (default ws://127.0.0.1:8765/)")
+    defaults = ChurnConfig()
+    for name in ChurnConfig.__struct_fields__:
+        default = getattr(defaults, name)
+        churn.add_argument(
+            "--" + name.replace("_", "-"),
+            dest=name,
+            type=type(default),
+            help=f"default {default} (docs/churn.md)",
+        )
+    churn.set_defaults(func=cmd_load_churn)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="monotape", description="Market-data fan-out: a price never moves backwards."
@@ -172,6 +219,9 @@ def build_parser() -> argparse.ArgumentParser:
     tape.add_argument("--priority", nargs="*", metavar="KEY", help="mark keys as order-ticket")
     tape.add_argument("--count", type=int, help="stop after N updates")
     tape.set_defaults(func=cmd_tape)
+    load = sub.add_parser("load", help="load harnesses against a running server (loopback)")
+    load_sub = load.add_subparsers(dest="load_command", required=True)
+    _add_churn(load_sub)
     return parser
 
 

@@ -72,6 +72,7 @@ class ServerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     requests_per_s: float = 20.0
     request_burst: int = 40
     heartbeat_s: float = 1.0
+    invariant_interval_s: float = 30.0  # issue: a dangling index entry visible within 30 s
 
 
 class Config(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

@@ -21,6 +21,7 @@ __all__ = [
     "FRAME_PAYLOADS",
     "GAP_SNAPSHOTS",
     "GC_PAUSE",
+    "INVARIANT_CHECK_SECONDS",
     "INVARIANT_VIOLATION",
     "OUTBOX_FRAMES",
     "OUTBOX_FRAMES_MAX",
@@ -41,6 +42,7 @@ TICKS_RECEIVED = "monotape_ticks_received_total"  # {venue,handler}: what handle
 STAGE_LATENCY = "monotape_stage_latency_seconds"  # {stage,quantile}
 GC_PAUSE = "monotape_gc_pause_seconds"  # histogram {generation}
 INVARIANT_VIOLATION = "monotape_invariant_violation"  # {invariant}
+INVARIANT_CHECK_SECONDS = "monotape_invariant_check_seconds"  # {invariant}
 CONNECTIONS = "monotape_connections"
 FRAMES_SENT = "monotape_frames_sent_total"
 BYTES_SENT = "monotape_bytes_sent_total"

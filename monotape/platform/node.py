@@ -21,6 +21,12 @@ from prometheus_client import CollectorRegistry
 
 from monotape.clock import Clock, SystemClock
 from monotape.config import Config
+from monotape.invariants import (
+    InvariantCollector,
+    InvariantMonitor,
+    NoDanglingEntries,
+    SubscriptionCardinality,
+)
 from monotape.log import log_event
 from monotape.platform.admin import build_admin_app
 from monotape.platform.bus import InProcessBus
@@ -91,6 +97,17 @@ class Node:
         self.registry.register(SequencerCollector(self.sequencer))
         self.registry.register(FanoutCollector(self.server))
         self.registry.register(FeedCollector(lambda: self.handlers))
+        self.invariants = InvariantMonitor(
+            [
+                SubscriptionCardinality(self.server.index, clock=self.clock),
+                NoDanglingEntries(
+                    self.server.index, lambda: self.server.connections, clock=self.clock
+                ),
+            ],
+            interval_s=cfg.server.invariant_interval_s,
+            clock=self.clock,
+        )
+        self.registry.register(InvariantCollector(self.invariants))
         self.ws_port = 0
         self.admin_port = 0
         self.ready = False
@@ -174,7 +191,12 @@ class Node:
             )
         self.ws_port = await self.server.start()
         await self._start_admin()
-        loop_tasks = [self._pump_loop(), self._frame_loop(), self._heartbeat_loop()]
+        loop_tasks = [
+            self._pump_loop(),
+            self._frame_loop(),
+            self._heartbeat_loop(),
+            self.invariants.run_forever(),
+        ]
         if self.cfg.feeds.restart_every_s > 0 and self.handlers:
             loop_tasks.append(self._chaos_loop())
         self._tasks = [asyncio.create_task(t) for t in loop_tasks]

@@ -21,6 +21,7 @@ from collections.abc import Iterable, Sequence
 import websockets
 from websockets.asyncio.server import Server, ServerConnection
 from websockets.exceptions import ConnectionClosed, ConnectionClosedOK
+from websockets.protocol import State
 
 from monotape.clock import Clock
 from monotape.config import ServerConfig
@@ -198,6 +199,8 @@ class FanoutServer:
         try:
             self._deliver(conn, self._hello)
             async for message in ws:
+                if conn_id not in self.connections:
+                    break  # torn down under us (write error, kick): queued requests are moot
                 close = self._on_message(conn, message)
                 if close is not None:
                     conn.close_reason = close[2]
@@ -230,8 +233,10 @@ class FanoutServer:
             conn.transport.abort()
 
     def _deliver(self, conn: Connection, wire: bytes) -> None:
-        if conn.closing:
-            return  # a close is under way: its own path tears the connection down
+        if conn.closing or conn.ws.protocol.state is not State.OPEN:
+            # A close is under way (ours or the terminal's): its own path tears the connection
+            # down and names the reason; a write now would only mislabel it as a write error.
+            return
         try:
             conn.deliver(wire)
         except WriteFailed:
