@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from monotape.config import Config, ConfigError, load_config
+from monotape.histograms import add_report_arguments, run_report
 
 __all__ = ["main"]
 
@@ -145,6 +146,11 @@ def cmd_tape(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_hdr_report(args: argparse.Namespace) -> int:
+    cfg = _config(args, {})
+    return run_report(args, cfg.data_dir)
+
+
 def cmd_load_churn(args: argparse.Namespace) -> int:
     from monotape.platform.churn import ChurnConfig, ChurnRefused, print_progress, run_churn
 
@@ -219,6 +225,15 @@ def build_parser() -> argparse.ArgumentParser:
     tape.add_argument("--priority", nargs="*", metavar="KEY", help="mark keys as order-ticket")
     tape.add_argument("--count", type=int, help="stop after N updates")
     tape.set_defaults(func=cmd_tape)
+    hdr = sub.add_parser("hdr", help="latency histograms from the interval logs")
+    hdr_sub = hdr.add_subparsers(dest="hdr_command", required=True)
+    report = hdr_sub.add_parser(
+        "report", help="exact percentiles of one stage over any window (merged HDR intervals)"
+    )
+    _common(report)
+    add_report_arguments(report)
+    report.set_defaults(func=cmd_hdr_report)
+
     load = sub.add_parser("load", help="load harnesses against a running server (loopback)")
     load_sub = load.add_subparsers(dest="load_command", required=True)
     _add_churn(load_sub)

@@ -72,6 +72,9 @@ class ServerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     requests_per_s: float = 20.0
     request_burst: int = 40
     heartbeat_s: float = 1.0
+    hdr_interval_s: float = 10.0  # DESIGN: histogram intervals rotate every 10 s
+    hdr_max_age_s: float = 7 * 24 * 3600.0  # interval logs kept this long...
+    hdr_max_bytes: int = 1 << 30  # ...and within this size, oldest deleted first
     invariant_interval_s: float = 30.0  # issue: a dangling index entry visible within 30 s
 
 

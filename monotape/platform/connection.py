@@ -93,13 +93,15 @@ class Connection:
         self.frames_sent += 1
         self.bytes_sent += len(wire)
 
-    def deliver(self, wire: bytes) -> None:
-        """Send now, or queue in the bounded ring when the terminal is behind (ordered)."""
+    def deliver(self, wire: bytes) -> bool:
+        """Send now (True), or queue in the bounded ring when the terminal is behind (False):
+        either way in order."""
         outbox = self.outbox
         if outbox.gap or len(outbox) or self.transport.get_write_buffer_size() > self.high_water:
             outbox.push(wire)
-            return
+            return False
         self._write(wire)
+        return True
 
     def flush(self, snapshot_for_gap: Callable[[], bytes]) -> bool:
         """Move queued frames to the socket while it has room; returns True if a gap was

@@ -14,10 +14,11 @@ from prometheus_client.registry import Collector
 from monotape import metric_names as m
 
 if TYPE_CHECKING:
+    from monotape.histograms import Percentiles
     from monotape.platform.feeds.handler import FeedHandler
     from monotape.platform.server import FanoutServer
 
-__all__ = ["FanoutCollector", "FeedCollector"]
+__all__ = ["FanoutCollector", "FeedCollector", "StageLatencyCollector"]
 
 
 def _counter(name: str, doc: str, value: float) -> CounterMetricFamily:
@@ -91,3 +92,22 @@ class FeedCollector(Collector):
             received.add_metric([h.venue, h.name], h.delivered)
         yield up
         yield received
+
+
+class StageLatencyCollector(Collector):
+    """``monotape_stage_latency_seconds{stage,quantile}`` from the latest closed 10 s interval
+    of each stage (exact HDR percentiles; merge the interval logs for any other window)."""
+
+    def __init__(self, latest: Callable[[], Mapping[str, Percentiles]]) -> None:
+        self._latest = latest
+
+    def collect(self) -> Iterator[Metric]:
+        family = GaugeMetricFamily(
+            m.STAGE_LATENCY,
+            "Stage latency quantiles over the latest 10 s interval.",
+            labels=["stage", "quantile"],
+        )
+        for stage, p in sorted(self._latest().items()):
+            for quantile, seconds in p.seconds().items():
+                family.add_metric([stage, quantile], seconds)
+        yield family

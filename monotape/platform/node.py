@@ -10,17 +10,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import random
 import socket
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 import uvicorn
 from prometheus_client import CollectorRegistry
 
 from monotape.clock import Clock, SystemClock
 from monotape.config import Config
+from monotape.histograms import IntervalLogWriter, Percentiles, Recorders, summarize
 from monotape.invariants import (
     InvariantCollector,
     InvariantMonitor,
@@ -40,10 +43,11 @@ from monotape.platform.feeds.simulator import (
     build_universe,
     venues_with_update_ids,
 )
-from monotape.platform.metrics import FanoutCollector, FeedCollector
+from monotape.platform.metrics import FanoutCollector, FeedCollector, StageLatencyCollector
 from monotape.platform.model import Instrument, Tick
 from monotape.platform.sequencer import Sequencer, SequencerCollector
 from monotape.platform.server import FanoutServer
+from monotape.platform.stamps import StageStamps
 
 __all__ = ["Node"]
 
@@ -108,6 +112,18 @@ class Node:
             clock=self.clock,
         )
         self.registry.register(InvariantCollector(self.invariants))
+        # Stage histograms: recorded per batch, rotated every 10 s into interval logs.
+        self.stamps = StageStamps(Recorders(start_ms=self.clock.wall_ns() // 1_000_000))
+        self.hdr_dir = self.data_dir / "hdr"
+        self.hdr_writer = IntervalLogWriter(
+            self.hdr_dir,
+            proc=f"node-{os.getpid()}",
+            host=socket.gethostname(),
+            max_age_s=cfg.server.hdr_max_age_s,
+            max_bytes=cfg.server.hdr_max_bytes,
+        )
+        self.latest_latency: dict[str, Percentiles] = {}
+        self.registry.register(StageLatencyCollector(lambda: self.latest_latency))
         self.ws_port = 0
         self.admin_port = 0
         self.ready = False
@@ -119,6 +135,7 @@ class Node:
     def _on_ticks(self, ticks: Sequence[Tick]) -> None:
         applied = self.sequencer.on_ticks(ticks, self.clock.now_ns())
         if applied:
+            self.stamps.admitted(applied)
             self.server.publish_priority(applied)
 
     def pump(self) -> None:
@@ -132,11 +149,16 @@ class Node:
                 for venue, batch in per_venue.items():
                     for handler in self._by_venue[venue]:
                         handler.on_venue(batch)
+        wall = self.clock.wall_ns()
         if self.replay is not None:
-            self.bus.publish(self.replay.step())
+            ticks = self.replay.step()
+            if ticks:
+                self.stamps.decoded(ticks, wall)
+                self.bus.publish(ticks)
         for handler in self.handlers:
             ticks = handler.drain_due()
             if ticks:
+                self.stamps.decoded(ticks, wall)
                 self.bus.publish(ticks)
 
     async def _pump_loop(self) -> None:
@@ -152,7 +174,36 @@ class Node:
             boundary = next_boundary(now, self.frame_ns)
             await asyncio.sleep((boundary - now) / 1e9)
             self.pump()
-            self.server.publish_frame(self.sequencer.take_frame(boundary))
+            published = self.server.publish_frame(self.sequencer.take_frame(boundary))
+            self.stamps.framed(boundary, published)
+            self.stamps.written(np.asarray(self.server.write_latencies_ns, dtype=np.int64))
+
+    def rotate_histograms(self) -> None:
+        """Close every stage's interval, log it, and keep its summary for /metrics."""
+        now_ms = self.clock.wall_ns() // 1_000_000
+        intervals = self.stamps.rotate(now_ms)
+        self.hdr_writer.write(intervals)
+        self.latest_latency = {
+            iv.stage: summarize(
+                iv.histogram,
+                stage=iv.stage,
+                window_start_ms=iv.start_ms,
+                window_end_ms=iv.end_ms,
+                intervals=1,
+            )
+            for iv in intervals
+        }
+        self.stamps.recorders.recycle_all(intervals)
+        self.hdr_writer.apply_retention(now_ms)
+
+    async def _rotation_loop(self) -> None:
+        # Rotations sit on the wall clock's 10 s grid, so intervals of every process and host
+        # line up and merge window by window.
+        step_ns = int(self.cfg.server.hdr_interval_s * 1e9)
+        while True:
+            wall = self.clock.wall_ns()
+            await asyncio.sleep((step_ns - wall % step_ns) / 1e9)
+            self.rotate_histograms()
 
     async def _heartbeat_loop(self) -> None:
         while True:
@@ -196,6 +247,7 @@ class Node:
             self._frame_loop(),
             self._heartbeat_loop(),
             self.invariants.run_forever(),
+            self._rotation_loop(),
         ]
         if self.cfg.feeds.restart_every_s > 0 and self.handlers:
             loop_tasks.append(self._chaos_loop())
@@ -255,4 +307,6 @@ class Node:
             self._admin_sock.close()
         for handler in self.handlers:
             handler.stop()
+        self.rotate_histograms()  # the last partial interval is written too: every value lands
+        self.hdr_writer.close()
         log_event("stopped", disconnects=dict(self.server.stats.disconnects))

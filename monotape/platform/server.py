@@ -129,6 +129,7 @@ class FanoutServer:
         self._gone_frames = 0  # written to connections that have since left
         self._gone_bytes = 0
         self._gone_drops = 0
+        self.write_latencies_ns: list[int] = []  # the last frame's direct writes
 
     # -- lifecycle -------------------------------------------------------------------------
     async def start(self) -> int:
@@ -232,15 +233,17 @@ class FanoutServer:
         except (TimeoutError, ConnectionClosed, OSError):
             conn.transport.abort()
 
-    def _deliver(self, conn: Connection, wire: bytes) -> None:
+    def _deliver(self, conn: Connection, wire: bytes) -> bool:
+        """True when the bytes went to the kernel now (False: queued, or not deliverable)."""
         if conn.closing or conn.ws.protocol.state is not State.OPEN:
             # A close is under way (ours or the terminal's): its own path tears the connection
             # down and names the reason; a write now would only mislabel it as a write error.
-            return
+            return False
         try:
-            conn.deliver(wire)
+            return conn.deliver(wire)
         except WriteFailed:
             self.teardown(conn.conn_id, "write_error")
+            return False
 
     def _error(self, conn: Connection, code: ErrorCode, message: str, req: int) -> None:
         self.stats.request_errors[code.name] += 1
@@ -341,25 +344,40 @@ class FanoutServer:
         self._deliver(conn, codec.ws_binary_frame(ack))
 
     # -- the fan-out ---------------------------------------------------------------------------
-    def publish_frame(self, frame: Frame) -> None:
+    def publish_frame(self, frame: Frame) -> int:
         """Encode each changed symbol once, build one payload per signature, write it to every
-        connection of that signature; then give slow terminals their chance to catch up."""
+        connection of that signature; then give slow terminals their chance to catch up.
+
+        Returns the monotonic time the payloads were published (encoded and framed); the
+        per-connection write latencies from then are left in ``write_latencies_ns``."""
         self._last_frame_no = frame.frame_no
         self.stats.frames += 1
         encode = codec.encode_delta_record
         chunks = {rec.iid: encode(rec.base, rec.new) for rec in frame.records}
         plan = plan_payloads(chunks, self.index)
         self.stats.payloads_last = len(plan)
-        connections = self.connections
-        for sig, sig_chunks in plan.items():
-            wire = codec.ws_binary_frame(
-                codec.frame_header(frame.frame_no, len(sig_chunks)) + b"".join(sig_chunks)
+        index = self.index
+        wires = [
+            (
+                codec.ws_binary_frame(
+                    codec.frame_header(frame.frame_no, len(sig_chunks)) + b"".join(sig_chunks)
+                ),
+                index.connections(sig),
             )
-            for cid in tuple(self.index.connections(sig)):
+            for sig, sig_chunks in plan.items()
+        ]
+        now_ns = self.clock.now_ns
+        published = now_ns()
+        latencies = self.write_latencies_ns
+        latencies.clear()
+        connections = self.connections
+        for wire, conn_ids in wires:
+            for cid in conn_ids:
                 conn = connections.get(cid)
-                if conn is not None:
-                    self._deliver(conn, wire)
+                if conn is not None and self._deliver(conn, wire):
+                    latencies.append(now_ns() - published)
         self.flush_behind()
+        return published
 
     def flush_behind(self) -> None:
         now = self.clock.now_ns()
