@@ -46,7 +46,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -119,7 +119,7 @@ class Workload:
         return out
 
     def initial(self) -> list[Any]:
-        """One tick for every instrument: published before anyone connects, so snapshots are real."""
+        """One tick per instrument, published before anyone connects (so snapshots are real)."""
         return self._ticks(np.arange(self._n, dtype=np.int64))
 
     def next_frame(self) -> list[Any]:
@@ -141,6 +141,7 @@ class _Bench:
 
     def __init__(self, connections: int, frames_needed: int) -> None:
         self.work = Workload(connections)
+        self.initial = self.work.initial()  # first: every later tick must be newer
         self.frames: list[list[Any]] = [self.work.next_frame() for _ in range(frames_needed)]
         self.next = 0
         self.feed_ns = 0  # thread CPU in the feed step (sequencer), inside the window
@@ -181,7 +182,7 @@ class _Monotape(_Bench):
         cfg = ServerConfig(host="127.0.0.1", ws_port=0)
         self.server = FanoutServer(cfg, self.work.universe, self.seq, SystemClock())
         now = time.monotonic_ns()
-        self.seq.on_ticks(self.work.initial(), now)
+        self.seq.on_ticks(self.initial, now)
         self.server.publish_frame(self.seq.take_frame(now - now % FRAME_NS))
         return await self.server.start()
 
@@ -239,7 +240,7 @@ class _WsBench(_Bench):
                 if isinstance(req, Subscribe):
                     iids = sorted({self._ids[k] for k in req.keys if k in self._ids})
                     self._on_subscribe(ws, iids)
-        except Exception:  # noqa: BLE001 - a client going away is not the benchmark's business
+        except Exception:
             pass
         finally:
             self.conns.pop(key, None)
@@ -291,7 +292,7 @@ class _Naive(_WsBench):
             text = dumps({"type": "frame", "frame": frame_no, "updates": updates})
             try:
                 await ws.send(text)
-            except Exception:  # noqa: BLE001 - closed under us
+            except Exception:
                 continue
             self.sent += 1
             self.sent_bytes += len(text) + (2 if len(text) < 126 else 4)
@@ -321,7 +322,7 @@ class _Floor(_WsBench):
             index.add_connection(cid)
             index.subscribe(cid, iids)
         now = time.monotonic_ns()
-        seq.on_ticks(self.work.initial(), now)
+        seq.on_ticks(self.initial, now)
         seq.take_frame(now - now % FRAME_NS)
         frame_no = now // FRAME_NS + 100  # same varint width as the live frame numbers
         self.wires: list[dict[int, bytes]] = []
@@ -354,7 +355,7 @@ class _Floor(_WsBench):
                 continue
             try:
                 transport.write(wire)
-            except Exception:  # noqa: BLE001 - uvloop raises after write_eof
+            except Exception:
                 continue
             n += 1
             nbytes += len(wire)
@@ -471,10 +472,9 @@ class _CountingClient(asyncio.Protocol):
         self.partial = b""  # an incomplete frame header
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
         key = base64.b64encode(os.urandom(16)).decode()
-        transport.write(
+        self.transport.write(
             (
                 f"GET / HTTP/1.1\r\nHost: {self.host}\r\nUpgrade: websocket\r\n"
                 f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n"
@@ -682,12 +682,12 @@ def measure_once(
     cmd = [sys.executable, "-m", "bench.bench_fanout"]
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     setup_timeout = 30.0 + connections / 50
+    extra = ["--setup-timeout", str(setup_timeout)]
     with tempfile.TemporaryDirectory() as tmp:
         s_err, c_err = os.path.join(tmp, "server.err"), os.path.join(tmp, "client.err")
         with open(s_err, "w") as se, open(c_err, "w") as ce:
             server = subprocess.Popen(
-                [*cmd, "--role", "server", "--variant", variant, *common]
-                + ["--setup-timeout", str(setup_timeout)],
+                [*cmd, "--role", "server", "--variant", variant, *common, *extra],
                 stdout=subprocess.PIPE,
                 stderr=se,
                 stdin=subprocess.DEVNULL,

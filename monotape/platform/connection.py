@@ -43,6 +43,7 @@ class Connection:
         "opened_ns",
         "outbox",
         "peer",
+        "protocol",
         "request_errors",
         "transport",
         "ws",
@@ -62,6 +63,7 @@ class Connection:
         self.conn_id = conn_id
         self.ws = ws
         self.transport: asyncio.Transport = ws.transport
+        self.protocol = ws.protocol  # the Sans-I/O state machine: its state says if we may write
         sock = self.transport.get_extra_info("socket")
         if sock is not None and so_sndbuf > 0:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, so_sndbuf)
@@ -81,7 +83,7 @@ class Connection:
 
     @property
     def writable(self) -> bool:
-        return not self.closing and self.ws.protocol.state is State.OPEN
+        return not self.closing and self.protocol.state is State.OPEN
 
     def _write(self, wire: bytes) -> None:
         if not self.writable:
