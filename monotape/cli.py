@@ -16,6 +16,7 @@ import msgspec
 
 from monotape.config import Config, ConfigError, load_config
 from monotape.histograms import add_report_arguments, run_report
+from monotape.platform.auth import add_token_arguments, run_token
 
 __all__ = ["main"]
 
@@ -59,6 +60,8 @@ async def _run(cfg: Config, duration: float | None) -> int:
         f"  terminals  ws://{host}:{node.ws_port}/      (try: monotape tape XNAS:AAPL)\n"
         f"  metrics    http://{host}:{node.admin_port}/metrics\n"
         f"  health     http://{host}:{node.admin_port}/healthz\n"
+        f"  admin      http://{host}:{node.admin_port}/admin/  "
+        f"(Authorization: Bearer $(monotape token --sub you --admin))\n"
         f"  data dir   {cfg.data_dir}\n"
         "Ctrl-C stops it.",
         flush=True,
@@ -138,12 +141,40 @@ async def _tape(url: str, keys: Sequence[str], priority: Sequence[str], count: i
         await client.close()
 
 
+def _terminal_url(args: argparse.Namespace, cfg: Config) -> str:
+    """The server URL with a token: --token, else one minted from the dev key in the data
+    directory (the embedded default: `monotape run` beside it verifies it)."""
+    from urllib.parse import quote
+
+    from monotape.platform.auth import ensure_dev_keys, mint_token
+
+    url: str = args.url or f"ws://{cfg.server.host}:{cfg.server.ws_port}/"
+    token = args.token or os.environ.get("MONOTAPE_TOKEN")
+    if not token and cfg.auth.enabled and not (cfg.auth.public_key_file or cfg.auth.jwks_file):
+        keys = ensure_dev_keys(cfg.data_dir)
+        token = mint_token(
+            keys.private_pem_path,
+            sub="monotape-tape",
+            ttl_s=8 * 3600,
+            aud=cfg.auth.audience,
+            iss=cfg.auth.issuer,
+        )
+    if token:
+        url += ("&" if "?" in url else "?") + "token=" + quote(token)
+    return url
+
+
 def cmd_tape(args: argparse.Namespace) -> int:
     cfg = _config(args, {})
-    url = args.url or f"ws://{cfg.server.host}:{cfg.server.ws_port}/"
+    url = _terminal_url(args, cfg)
     with contextlib.suppress(KeyboardInterrupt):
         return _runner(_tape(url, args.keys, args.priority or [], args.count))
     return 0
+
+
+def cmd_token(args: argparse.Namespace) -> int:
+    cfg = _config(args, {})
+    return run_token(args, cfg.data_dir, cfg.auth)
 
 
 def cmd_hdr_report(args: argparse.Namespace) -> int:
@@ -222,9 +253,17 @@ def build_parser() -> argparse.ArgumentParser:
     _common(tape)
     tape.add_argument("keys", nargs="+", metavar="KEY", help="venue-qualified keys, e.g. XNAS:AAPL")
     tape.add_argument("--url", help="server URL (default ws://127.0.0.1:8765/)")
+    tape.add_argument(
+        "--token", help="JWT (env MONOTAPE_TOKEN; default: minted from the data dir's dev key)"
+    )
     tape.add_argument("--priority", nargs="*", metavar="KEY", help="mark keys as order-ticket")
     tape.add_argument("--count", type=int, help="stop after N updates")
     tape.set_defaults(func=cmd_tape)
+    token = sub.add_parser("token", help="mint a token signed by the data dir's dev key")
+    _common(token)
+    add_token_arguments(token)
+    token.set_defaults(func=cmd_token)
+
     hdr = sub.add_parser("hdr", help="latency histograms from the interval logs")
     hdr_sub = hdr.add_subparsers(dest="hdr_command", required=True)
     report = hdr_sub.add_parser(

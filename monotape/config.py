@@ -14,6 +14,8 @@ from typing import Any
 
 import msgspec
 
+from monotape.platform.auth import AuthConfig
+
 __all__ = [
     "Config",
     "ConfigError",
@@ -84,6 +86,7 @@ class Config(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     simulator: SimulatorConfig = msgspec.field(default_factory=SimulatorConfig)
     feeds: FeedConfig = msgspec.field(default_factory=FeedConfig)
     server: ServerConfig = msgspec.field(default_factory=ServerConfig)
+    auth: AuthConfig = msgspec.field(default_factory=AuthConfig)
 
 
 def _set_path(tree: dict[str, Any], dotted: str, value: Any) -> None:

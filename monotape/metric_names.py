@@ -9,8 +9,10 @@ from __future__ import annotations
 
 __all__ = [
     "ADMISSION_REJECTED",
+    "ASYNCIO_TASKS",
     "AUTH_CACHE_HITS",
     "AUTH_CACHE_MISSES",
+    "AUTH_REFUSED",
     "BYTES_SENT",
     "CONNECTIONS",
     "DISCONNECTS",
@@ -21,6 +23,7 @@ __all__ = [
     "FRAME_PAYLOADS",
     "GAP_SNAPSHOTS",
     "GC_PAUSE",
+    "INDEX_ENTRIES",
     "INVARIANT_CHECK_SECONDS",
     "INVARIANT_VIOLATION",
     "OUTBOX_FRAMES",
@@ -41,6 +44,7 @@ TICKS_ADMITTED = "monotape_ticks_admitted_total"  # {venue}
 TICKS_RECEIVED = "monotape_ticks_received_total"  # {venue,handler}: what handlers delivered
 STAGE_LATENCY = "monotape_stage_latency_seconds"  # {stage,quantile}
 GC_PAUSE = "monotape_gc_pause_seconds"  # histogram {generation}
+INDEX_ENTRIES = "monotape_index_entries"  # {index}
 INVARIANT_VIOLATION = "monotape_invariant_violation"  # {invariant}
 INVARIANT_CHECK_SECONDS = "monotape_invariant_check_seconds"  # {invariant}
 CONNECTIONS = "monotape_connections"
@@ -55,7 +59,9 @@ GAP_SNAPSHOTS = "monotape_gap_snapshots_total"
 ADMISSION_REJECTED = "monotape_admission_rejected_total"
 AUTH_CACHE_HITS = "monotape_auth_cache_hits_total"
 AUTH_CACHE_MISSES = "monotape_auth_cache_misses_total"
+AUTH_REFUSED = "monotape_auth_refused_total"  # {reason}
 FEED_HANDLER_UP = "monotape_feed_handler_up"  # {venue,handler}
+ASYNCIO_TASKS = "monotape_asyncio_tasks"
 EVENT_LOOP_LAG = "monotape_event_loop_lag_seconds"
 DISCONNECTS = "monotape_disconnects_total"  # {reason}
 REQUEST_ERRORS = "monotape_request_errors_total"  # {code}

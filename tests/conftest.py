@@ -17,7 +17,14 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from monotape.platform.auth import ensure_dev_keys, mint_token
+
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def mint(data_dir: Path, *, admin: bool = False, ttl_s: float = 3600, sub: str = "tests") -> str:
+    """A token signed by the dev key the server generated under its data directory."""
+    return mint_token(ensure_dev_keys(data_dir).private_pem_path, sub=sub, ttl_s=ttl_s, admin=admin)
 
 
 @dataclass
@@ -27,13 +34,22 @@ class RunningServer:
     admin_port: int
     data_dir: Path
     output: list[str] = field(default_factory=list)
+    token: str = ""
 
     @property
     def url(self) -> str:
+        """The terminals' URL, with a valid token in the query (the browser form)."""
+        return f"ws://127.0.0.1:{self.ws_port}/?token={self.token}"
+
+    @property
+    def bare_url(self) -> str:
         return f"ws://127.0.0.1:{self.ws_port}/"
 
-    def http(self, path: str) -> str:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.admin_port}{path}", timeout=5) as r:
+    def http(self, path: str, token: str | None = None) -> str:
+        request = urllib.request.Request(f"http://127.0.0.1:{self.admin_port}{path}")
+        if token:
+            request.add_header("Authorization", f"Bearer {token}")
+        with urllib.request.urlopen(request, timeout=5) as r:
             body: bytes = r.read()
         return body.decode()
 
@@ -94,7 +110,7 @@ def start_server(data_dir: Path, *args: str, env: dict[str, str] | None = None) 
             output.append(line)
 
     threading.Thread(target=drain, daemon=True).start()
-    return RunningServer(proc, ws_port, admin_port, data_dir, output)
+    return RunningServer(proc, ws_port, admin_port, data_dir, output, mint(data_dir))
 
 
 @pytest.fixture

@@ -58,6 +58,7 @@ async def test_churn_leaves_a_clean_server_and_the_invariants_hold(tmp_path: Pat
         load_config(
             overrides={
                 "data_dir": str(tmp_path),
+                "auth.enabled": False,  # auth has its own tests
                 "server.ws_port": 0,
                 "server.admin_port": 0,
                 "simulator.rate": 3000,

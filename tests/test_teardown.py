@@ -21,6 +21,7 @@ async def node(tmp_path: Path) -> AsyncIterator[Node]:
     cfg = load_config(
         overrides={
             "data_dir": str(tmp_path),
+            "auth.enabled": False,  # auth has its own tests; this one is about teardown
             "server.ws_port": 0,
             "server.admin_port": 0,
             "simulator.rate": 8000,
@@ -148,7 +149,12 @@ async def test_write_error_and_teardown_twice(node: Node) -> None:
 
 async def test_server_shutdown(tmp_path: Path) -> None:
     cfg = load_config(
-        overrides={"data_dir": str(tmp_path), "server.ws_port": 0, "server.admin_port": 0}
+        overrides={
+            "data_dir": str(tmp_path),
+            "server.ws_port": 0,
+            "server.admin_port": 0,
+            "auth.enabled": False,
+        }
     )
     n = Node(cfg)
     await n.start()

@@ -1,47 +1,266 @@
-"""The admin API (Starlette). This issue serves the unauthenticated operational endpoints;
-the /admin/* routes arrive with the observability issue.
+"""The admin API (Starlette): probes and metrics for everyone, /admin/* for admin tokens only.
+
+Built entirely from the node it serves (an app factory); every handler is thin: it validates the
+query, asks the piece of state that owns the answer, and returns JSON. Anything that reads files
+(the interval logs) runs in a worker thread, never on the event loop the fan-out shares.
+Schemas: ``GET /openapi.json`` (built from ``ENDPOINTS`` below, so docs and routes cannot drift).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import time
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 
+import msgspec
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
+
+from monotape.histograms import ALL_STAGES, query
+from monotape.histograms.report import ReportArgumentError, parse_duration_ms
+from monotape.platform.auth import AuthError, token_from_request, www_authenticate
 
 if TYPE_CHECKING:
     from monotape.platform.node import Node
 
-__all__ = ["build_admin_app"]
+__all__ = ["ENDPOINTS", "build_admin_app"]
+
+Handler = Callable[[Request], Awaitable[Response]]
+MAX_WINDOW_MS = 7 * 24 * 3600 * 1000  # retention's default: nothing older is on disk
+
+
+class BadParameter(Exception):
+    def __init__(self, name: str, message: str) -> None:
+        super().__init__(f"{name}: {message}")
+        self.name = name
+
+
+def _json(body: Any, status: int = 200) -> Response:
+    return Response(msgspec.json.encode(body), status_code=status, media_type="application/json")
+
+
+def _error(status: int, message: str, **extra: Any) -> Response:
+    return _json({"error": message, **extra}, status)
+
+
+def _window_ms(request: Request, default: str) -> int:
+    raw = request.query_params.get("window", default)
+    try:
+        ms = parse_duration_ms(raw, "window")
+    except ReportArgumentError as exc:
+        raise BadParameter("window", f"{raw!r} is not a duration like 40s, 10m, 2h") from exc
+    if not 0 < ms <= MAX_WINDOW_MS:
+        raise BadParameter("window", f"must be between 1 ms and {MAX_WINDOW_MS // 3_600_000} h")
+    return ms
+
+
+def _stage(request: Request) -> str:
+    stage = request.query_params.get("stage")
+    if stage is None:
+        raise BadParameter("stage", f"required, one of {', '.join(ALL_STAGES)}")
+    if stage not in ALL_STAGES:
+        raise BadParameter("stage", f"{stage!r} is not one of {', '.join(ALL_STAGES)}")
+    return stage
+
+
+def _int_param(request: Request, name: str, default: int, lo: int, hi: int) -> int:
+    raw = request.query_params.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise BadParameter(name, f"{raw!r} is not an integer") from None
+    if not lo <= value <= hi:
+        raise BadParameter(name, f"must be between {lo} and {hi}")
+    return value
+
+
+# (method, path, summary, admin only): the routes and the OpenAPI document come from this list.
+ENDPOINTS: list[tuple[str, str, str, bool]] = [
+    ("GET", "/healthz", "Liveness: the process answers.", False),
+    ("GET", "/readyz", "Readiness: listening, feeds up (503 while starting).", False),
+    ("GET", "/metrics", "Prometheus exposition.", False),
+    ("GET", "/openapi.json", "This API's OpenAPI document.", False),
+    ("GET", "/admin/latency", "Merged HDR percentiles of one stage: ?stage=&window=.", True),
+    ("GET", "/admin/connections", "Connections: count, reasons, the first ?limit=.", True),
+    ("GET", "/admin/symbols/{key}", "One symbol: current and published versions.", True),
+    ("GET", "/admin/feeds", "Feed handlers: up, lag, delivered, epochs.", True),
+    ("GET", "/admin/invariants", "The latest invariant results, with numbers.", True),
+]
 
 
 def build_admin_app(node: Node) -> Starlette:
+    def admin(handler: Handler) -> Handler:
+        """401 without a valid token, 403 for a valid token without the admin claim."""
+
+        async def guarded(request: Request) -> Response:
+            verifier = node.verifier
+            if verifier is not None:
+                token = token_from_request(dict(request.headers), "")
+                try:
+                    claims = await verifier.verify(token)
+                except AuthError as exc:
+                    return Response(
+                        msgspec.json.encode({"error": f"unauthorized: {exc.reason}"}),
+                        status_code=401,
+                        media_type="application/json",
+                        headers={"WWW-Authenticate": www_authenticate(exc.reason)},
+                    )
+                if not claims.admin:
+                    return _error(403, "forbidden: this token has no admin claim")
+            try:
+                return await handler(request)
+            except BadParameter as exc:
+                return _error(400, str(exc), parameter=exc.name)
+
+        return guarded
+
     async def healthz(request: Request) -> Response:
-        return JSONResponse({"status": "ok"})
+        return _json({"status": "ok"})
 
     async def readyz(request: Request) -> Response:
-        if not node.ready:
-            return JSONResponse({"status": "starting"}, status_code=503)
         up = sum(1 for h in node.handlers if h.up)
-        return JSONResponse(
-            {
-                "status": "ready",
-                "connections": len(node.server.connections),
-                "feed_handlers_up": up,
-                "instruments": len(node.universe),
-            }
-        )
+        body = {
+            "status": "ready" if node.ready else "starting",
+            "connections": len(node.server.connections),
+            "feed_handlers_up": up,
+            "feed_handlers": len(node.handlers),
+            "instruments": len(node.universe),
+        }
+        return _json(body, 200 if node.ready else 503)
 
     async def metrics(request: Request) -> Response:
         return Response(generate_latest(node.registry), media_type=CONTENT_TYPE_LATEST)
 
-    return Starlette(
-        routes=[
-            Route("/healthz", healthz),
-            Route("/readyz", readyz),
-            Route("/metrics", metrics),
-        ]
-    )
+    async def openapi(request: Request) -> Response:
+        paths: dict[str, Any] = {}
+        for method, path, summary, admin_only in ENDPOINTS:
+            op: dict[str, Any] = {"summary": summary, "responses": {"200": {"description": "OK"}}}
+            if admin_only:
+                op["security"] = [{"bearer": []}]
+                op["responses"].update(
+                    {
+                        "400": {"description": "A bad query parameter (named)."},
+                        "401": {"description": "No valid token."},
+                        "403": {"description": "A valid token without the admin claim."},
+                    }
+                )
+            paths.setdefault(path, {})[method.lower()] = op
+        return _json(
+            {
+                "openapi": "3.0.3",
+                "info": {"title": "monotape admin API", "version": "1"},
+                "components": {
+                    "securitySchemes": {
+                        "bearer": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT"}
+                    }
+                },
+                "paths": paths,
+            }
+        )
+
+    async def latency(request: Request) -> Response:
+        stage = _stage(request)
+        window = _window_ms(request, "1m")
+        now_ms = int(time.time() * 1000)
+        result = await run_in_threadpool(query, node.hdr_dir, stage, now_ms - window, now_ms)
+        return _json(result)
+
+    async def connections(request: Request) -> Response:
+        limit = _int_param(request, "limit", 100, 0, 10_000)
+        server = node.server
+        now = node.clock.now_ns()
+        rows = []
+        for conn in list(server.connections.values())[:limit]:
+            rows.append(
+                {
+                    "id": conn.conn_id,
+                    "peer": conn.peer,
+                    "age_s": round((now - conn.opened_ns) / 1e9, 3),
+                    "subscriptions": len(server.index.subscriptions(conn.conn_id)),
+                    "priority": len(server.index.priority(conn.conn_id)),
+                    "queued_frames": len(conn.outbox),
+                    "gap": conn.outbox.gap,
+                    "frames_sent": conn.frames_sent,
+                    "bytes_sent": conn.bytes_sent,
+                }
+            )
+        return _json(
+            {
+                "count": len(server.connections),
+                "signatures": server.index.signatures(),
+                "disconnects": dict(server.stats.disconnects),
+                "connections": rows,
+            }
+        )
+
+    async def symbol(request: Request) -> Response:
+        key = request.path_params["key"]
+        iid = node.server.iid_of(key)
+        if iid is None:
+            return _error(404, f"unknown symbol {key!r}", parameter="key")
+        current = node.sequencer.current(iid)
+        published = node.sequencer.published(iid)
+
+        def view(t: Any) -> Any:
+            if t is None:
+                return None
+            return {
+                "version": [t.epoch, t.seq],
+                "bid": t.bid,
+                "ask": t.ask,
+                "last": t.last,
+                "size": t.size,
+                "handler": t.handler,
+            }
+
+        return _json(
+            {
+                "key": key,
+                "iid": iid,
+                "current": view(current),
+                "published": view(published),
+                "subscriber_signatures": len(node.server.index.signatures_of(iid)),
+            }
+        )
+
+    async def feeds(request: Request) -> Response:
+        out = []
+        for h in node.handlers:
+            out.append(
+                {
+                    "venue": h.venue,
+                    "handler": h.name,
+                    "up": h.up,
+                    "lag_ms": h.lag_ns / 1e6,
+                    "delivered": h.delivered,
+                    "dropped": h.dropped,
+                    "epochs": [[r.epoch, r.fence_ts_ns] for r in h.records],
+                }
+            )
+        return _json({"handlers": out, "source": "replay" if node.replay else "simulator"})
+
+    async def invariants(request: Request) -> Response:
+        return _json(node.invariants.report())
+
+    handlers: dict[str, Handler] = {
+        "/healthz": healthz,
+        "/readyz": readyz,
+        "/metrics": metrics,
+        "/openapi.json": openapi,
+        "/admin/latency": latency,
+        "/admin/connections": connections,
+        "/admin/symbols/{key}": symbol,
+        "/admin/feeds": feeds,
+        "/admin/invariants": invariants,
+    }
+    routes = [
+        Route(path, admin(handlers[path]) if admin_only else handlers[path], methods=[method])
+        for method, path, _, admin_only in ENDPOINTS
+    ]
+    return Starlette(routes=routes)

@@ -116,12 +116,26 @@ _KNOWN_FLAGS: Final = FLAG_DELTA | FLAG_NEW_EPOCH | FLAG_SEQ64
 _U64: Final = 1 << 64
 _I64_MIN: Final = -(1 << 63)
 _I64_MAX: Final = (1 << 63) - 1
+# Fast-path bound on a delta's base prices: with |step| <= 2**13 both prices stay int64.
+_P_LO: Final = _I64_MIN + 0x2000
+_P_HI: Final = _I64_MAX - 0x2000
 _MIN_RECORD: Final = 9  # iid(2) + flags(1) + six 1-byte varints: bounds a claimed count
 
 # Single-byte varints are the common case (small epochs, price steps, sizes): a table lookup
 # costs a fraction of building a bytes object.
 _ONE: Final[tuple[bytes, ...]] = tuple(bytes((i,)) for i in range(128))
+# Canonical uvarint of every n < 2**14 (one or two bytes), and the two low 7-bit groups of any
+# n >= 2**14 with both continuation bits set: for n < 2**28 the varint is
+# ``_C2[n & 0x3FFF] + _VB[n >> 14]``. Two table lookups instead of a loop of appends (price
+# steps, sizes, update-id seqs and ns seq steps all land here); ~1.2 MB of small bytes objects.
+_VB: Final[tuple[bytes, ...]] = _ONE + tuple(
+    bytes((i & 0x7F | 0x80, i >> 7)) for i in range(0x80, 0x4000)
+)
+_C2: Final[tuple[bytes, ...]] = tuple(
+    bytes((i & 0x7F | 0x80, i >> 7 | 0x80)) for i in range(0x4000)
+)
 _HEAD: Final = struct.Struct("<HB")  # iid uint16 LE, flags
+_HEAD_E: Final = struct.Struct("<HBB")  # iid, flags, 1-byte epoch varint
 _HEAD_SEQ64: Final = struct.Struct("<HBBQ")  # iid, flags, 1-byte epoch varint, fixed64 seq
 _U64LE: Final = struct.Struct("<Q")
 _WS_16: Final = struct.Struct("!BBH")  # RFC 6455 §5.2: 126 + 16-bit network-order length
@@ -145,8 +159,19 @@ def _put_uvarint(buf: bytearray, n: int) -> None:
 
 
 def _uvarint(n: int) -> bytes:
-    if 0 <= n < 0x80:
-        return _ONE[n]
+    if 0 <= n < 0x4000:
+        return _VB[n]
+    buf = bytearray()
+    _put_uvarint(buf, n)
+    return bytes(buf)
+
+
+def _vb(n: int) -> bytes:
+    """uvarint of ``n >= 0`` (callers guarantee the sign); ValueError if ``n >= 2**64``."""
+    if n < 0x4000:
+        return _VB[n]
+    if n < 0x1000_0000:
+        return _C2[n & 0x3FFF] + _VB[n >> 14]
     buf = bytearray()
     _put_uvarint(buf, n)
     return bytes(buf)
@@ -158,7 +183,46 @@ def _zigzag(n: int) -> int:
 
 
 def encode_full_record(tick: Tick) -> bytes:
-    """iid, flags, epoch, seq, zigzag bid/ask/last (absolute), size."""
+    """iid, flags, epoch, seq, zigzag bid/ask/last (absolute), size.
+
+    Fast path: a 1-byte epoch and fields whose varints come from the tables (anything else,
+    valid or not, is left to ``_encode_full_checked``: identical bytes or its ValueError)."""
+    try:
+        e = tick.epoch
+        n = tick.seq
+        size = tick.size
+        if 0 <= e < 0x80 and size >= 0:
+            vb = _VB
+            p = tick.bid
+            zb = p << 1 if p >= 0 else ~(p << 1)
+            p = tick.ask
+            za = p << 1 if p >= 0 else ~(p << 1)
+            p = tick.last
+            zl = p << 1 if p >= 0 else ~(p << 1)
+            # zigzag < 2**64 iff the price is an int64: _vb refuses the rest (-> checked path)
+            if n >> 56:  # ns-timestamp seq (a negative seq fails the Q pack -> checked path)
+                head = _HEAD_SEQ64.pack(tick.iid, FLAG_SEQ64, e, n)
+                vs = b""
+            else:
+                head = _HEAD_E.pack(tick.iid, 0, e)
+                vs = vb[n] if n < 0x4000 else _vb(n)
+            return b"".join(
+                (
+                    head,
+                    vs,
+                    vb[zb] if zb < 0x4000 else _vb(zb),
+                    vb[za] if za < 0x4000 else _vb(za),
+                    vb[zl] if zl < 0x4000 else _vb(zl),
+                    vb[size] if size < 0x4000 else _vb(size),
+                )
+            )
+    except (ValueError, TypeError, struct.error):
+        pass
+    return _encode_full_checked(tick)
+
+
+def _encode_full_checked(tick: Tick) -> bytes:
+    """The reference full-record encoder (every field validated; ValueError says which)."""
     try:
         e = tick.epoch
         n = tick.seq
@@ -191,9 +255,11 @@ def encode_full_record(tick: Tick) -> bytes:
 def encode_delta_record(base: Tick | None, new: Tick) -> bytes:
     """The record that moves a client holding ``base`` to ``new`` (``base`` None: full record).
 
-    Called for every dirty symbol every 40 ms (up to ~2,400 per frame), hence the inlined
-    one-byte varint branches and the single pack of the header. Anything the fast path cannot
-    encode (an invalid tick, or price deltas beyond int64 that must wrap) drops to the readable
+    Called for every dirty symbol every 40 ms (up to ~2,400 per frame), hence one pack of the
+    header, table lookups for the varints and one join. The fast path covers same-epoch deltas
+    with a 1-byte epoch, base prices at least 2**13 inside int64 and price steps whose zigzag is
+    below 2**14 (so base and new prices are provably int64 and no delta wraps), for both update-id
+    and ns-timestamp seqs. Anything else, valid or not, drops to the readable
     ``_encode_delta_checked``, which produces identical bytes or a ValueError saying why.
     """
     if base is None:
@@ -202,27 +268,51 @@ def encode_delta_record(base: Tick | None, new: Tick) -> bytes:
         iid = new.iid
         be = base.epoch
         bs = base.seq
-        if iid != base.iid or new.epoch != be or not 0 <= be < 0x80 or not bs >> 56:
-            raise ValueError("not the common case")
-        buf = bytearray(_HEAD_SEQ64.pack(iid, FLAG_DELTA | FLAG_SEQ64, be, bs))
-        ap = buf.append
-        put = _put_uvarint
-        n = new.seq - bs
-        ap(n) if 0 <= n < 0x80 else put(buf, n)
-        n = new.bid - base.bid
-        n = n << 1 if n >= 0 else ~(n << 1)
-        ap(n) if n < 0x80 else put(buf, n)
-        n = new.ask - base.ask
-        n = n << 1 if n >= 0 else ~(n << 1)
-        ap(n) if n < 0x80 else put(buf, n)
-        n = new.last - base.last
-        n = n << 1 if n >= 0 else ~(n << 1)
-        ap(n) if n < 0x80 else put(buf, n)
-        n = new.size
-        ap(n) if 0 <= n < 0x80 else put(buf, n)
-        return bytes(buf)
+        ns = new.seq
+        bb = base.bid
+        ba = base.ask
+        bl = base.last
+        size = new.size
+        if (
+            iid == base.iid
+            and new.epoch == be
+            and 0 <= be < 0x80
+            and bs <= ns < _U64
+            and size >= 0
+            and 0 <= base.size < _U64  # the checked path validates the base's size too
+            and _P_LO <= bb <= _P_HI
+            and _P_LO <= ba <= _P_HI
+            and _P_LO <= bl <= _P_HI
+        ):
+            vb = _VB
+            n = new.bid - bb
+            zb = n << 1 if n >= 0 else ~(n << 1)
+            n = new.ask - ba
+            za = n << 1 if n >= 0 else ~(n << 1)
+            n = new.last - bl
+            zl = n << 1 if n >= 0 else ~(n << 1)
+            if zb < 0x4000 and za < 0x4000 and zl < 0x4000:
+                n = ns - bs  # >= 0 and < 2**64: checked above
+                if bs >> 56:  # ns-timestamp seq (a negative one fails the Q pack)
+                    head = _HEAD_SEQ64.pack(iid, FLAG_DELTA | FLAG_SEQ64, be, bs)
+                    vs = b""
+                else:
+                    head = _HEAD_E.pack(iid, FLAG_DELTA, be)
+                    vs = vb[bs] if bs < 0x4000 else _vb(bs)
+                return b"".join(
+                    (
+                        head,
+                        vs,
+                        vb[n] if n < 0x4000 else _vb(n),
+                        vb[zb],
+                        vb[za],
+                        vb[zl],
+                        vb[size] if size < 0x4000 else _vb(size),
+                    )
+                )
     except (ValueError, TypeError, struct.error):
-        return _encode_delta_checked(base, new)
+        pass
+    return _encode_delta_checked(base, new)
 
 
 def _version_bytes(flags: int, epoch: int, seq: int) -> tuple[int, bytes]:
@@ -546,6 +636,177 @@ def _read_record(data: bytes, pos: int) -> tuple[Record, int]:
     return rec, pos
 
 
+def _vlong(data: bytes, pos: int) -> tuple[int, int] | None:
+    """A canonical varint of 3 to 8 bytes at ``pos`` (its first two bytes have the high bit set
+    or the second is 0), or None for anything else: the caller then re-reads the record with
+    ``_read_record``, which raises the exact error. Reads no byte ``_read_record`` would not."""
+    b = data[pos]
+    v = b & 0x7F
+    shift = 7
+    end = pos + 8
+    pos += 1
+    while pos < end:
+        b = data[pos]
+        pos += 1
+        v |= (b & 0x7F) << shift
+        if b < 0x80:
+            return (v, pos) if b else None
+        shift += 7
+    return None
+
+
+def _read_record_fast(data: bytes, pos: int) -> tuple[Record, int] | None:
+    """``_read_record`` for full and same-epoch delta records, unrolled; None (nothing raised,
+    no byte read past what ``_read_record`` reads before it would fail) for anything it does not
+    cover, including every malformed record, so the caller falls back to ``_read_record``."""
+    flags = data[pos + 2]
+    if flags & 0xFA:  # NEW_EPOCH, unknown bits: the general reader
+        return None
+    iid = data[pos] | data[pos + 1] << 8
+    p = pos + 3
+    # epoch / base_epoch
+    b = data[p]
+    if b < 0x80:
+        e = b
+        p += 1
+    else:
+        c = data[p + 1]
+        if 0 < c < 0x80:
+            e = (b & 0x7F) | c << 7
+            p += 2
+        else:
+            r = _vlong(data, p)
+            if r is None:
+                return None
+            e, p = r
+    # seq / base_seq
+    if flags & FLAG_SEQ64:
+        if p + 8 > len(data):
+            return None
+        s = _U64LE.unpack_from(data, p)[0]
+        if not s >> 56:
+            return None
+        p += 8
+    else:
+        b = data[p]
+        if b < 0x80:
+            s = b
+            p += 1
+        else:
+            c = data[p + 1]
+            if 0 < c < 0x80:
+                s = (b & 0x7F) | c << 7
+                p += 2
+            else:
+                r = _vlong(data, p)
+                if r is None:
+                    return None
+                s, p = r  # < 2**56: _vlong reads at most 8 bytes
+    # delta: seq step
+    if flags & FLAG_DELTA:
+        b = data[p]
+        if b < 0x80:
+            d = b
+            p += 1
+        else:
+            c = data[p + 1]
+            if 0 < c < 0x80:
+                d = (b & 0x7F) | c << 7
+                p += 2
+            else:
+                r = _vlong(data, p)
+                if r is None:
+                    return None
+                d, p = r
+    # bid, ask, last (zigzag), size
+    b = data[p]
+    if b < 0x80:
+        zb = b
+        p += 1
+    else:
+        c = data[p + 1]
+        if 0 < c < 0x80:
+            zb = (b & 0x7F) | c << 7
+            p += 2
+        else:
+            r = _vlong(data, p)
+            if r is None:
+                return None
+            zb, p = r
+    b = data[p]
+    if b < 0x80:
+        za = b
+        p += 1
+    else:
+        c = data[p + 1]
+        if 0 < c < 0x80:
+            za = (b & 0x7F) | c << 7
+            p += 2
+        else:
+            r = _vlong(data, p)
+            if r is None:
+                return None
+            za, p = r
+    b = data[p]
+    if b < 0x80:
+        zl = b
+        p += 1
+    else:
+        c = data[p + 1]
+        if 0 < c < 0x80:
+            zl = (b & 0x7F) | c << 7
+            p += 2
+        else:
+            r = _vlong(data, p)
+            if r is None:
+                return None
+            zl, p = r
+    b = data[p]
+    if b < 0x80:
+        size = b
+        p += 1
+    else:
+        c = data[p + 1]
+        if 0 < c < 0x80:
+            size = (b & 0x7F) | c << 7
+            p += 2
+        else:
+            r = _vlong(data, p)
+            if r is None:
+                return None
+            size, p = r
+    if flags & FLAG_DELTA:
+        seq = s + d
+        if seq >> 64:
+            return None
+        rec = Record(
+            iid,
+            e,
+            seq,
+            True,
+            e,
+            s,
+            (zb >> 1) ^ -(zb & 1),
+            (za >> 1) ^ -(za & 1),
+            (zl >> 1) ^ -(zl & 1),
+            size,
+        )
+    else:
+        rec = Record(
+            iid,
+            e,
+            s,
+            False,
+            0,
+            0,
+            (zb >> 1) ^ -(zb & 1),
+            (za >> 1) ^ -(za & 1),
+            (zl >> 1) ^ -(zl & 1),
+            size,
+        )
+    return rec, p
+
+
 def _read_uvarint(data: bytes, pos: int, what: str) -> tuple[int, int]:
     v = shift = 0
     while True:
@@ -568,9 +829,11 @@ def _read_records(data: bytes, full_only: bool, kind: str) -> tuple[int, list[Re
     if count * _MIN_RECORD > len(data) - pos:
         raise CodecError(f"{kind}: count {count} exceeds the {len(data) - pos} bytes left")
     records = []
+    fast = _read_record_fast
     read = _read_record
     for _ in range(count):
-        rec, pos = read(data, pos)
+        r = fast(data, pos)
+        rec, pos = read(data, pos) if r is None else r
         if full_only and rec.has_base:
             raise CodecError(f"{kind}: delta record for iid {rec.iid}; snapshots are full")
         records.append(rec)
@@ -617,7 +880,8 @@ def decode_message(data: bytes) -> ServerMessage:
         if kind == Kind.SNAPSHOT:
             return Snapshot(*_read_records(data, True, "SNAPSHOT"))
         if kind == Kind.PRIORITY:
-            rec, pos = _read_record(data, 1)
+            r = _read_record_fast(data, 1)
+            rec, pos = _read_record(data, 1) if r is None else r
             if rec.has_base or pos != len(data):
                 raise CodecError("PRIORITY: must be exactly one full record")
             return PriorityUpdate(rec)

@@ -37,6 +37,7 @@ class Connection:
         "close_reason",
         "closing",
         "conn_id",
+        "expiry",
         "frames_sent",
         "gap_since_ns",
         "high_water",
@@ -73,6 +74,7 @@ class Connection:
         remote = ws.remote_address
         self.peer = f"{remote[0]}:{remote[1]}" if remote else "?"
         self.closing = False
+        self.expiry: asyncio.TimerHandle | None = None  # closes the session when its token expires
         self.close_reason = ""  # set when the server decides to close (shutdown, drain, kick)
         self.frames_sent = 0
         self.gap_since_ns = 0  # when the ring last overflowed and has not been resolved since

@@ -221,6 +221,20 @@ class SubscriptionIndex:
             out += [("iid->priority_conns", c) for c in conns if c not in live]
         return out
 
+    def sizes(self) -> dict[str, int]:
+        """Entries per index, for the soak report and monotape_index_entries{index}: after every
+        terminal has left, each must be exactly 0."""
+        return {
+            "connections": len(self._conns),
+            "conn_subscriptions": len(self._subs),
+            "conn_signature": len(self._sig_of),
+            "signature_conns": len(self._conns_of_sig),
+            "signature_members": len(self._members),
+            "symbol_signatures": len(self._sigs_of_iid),
+            "conn_priority": len(self._prio),
+            "symbol_priority_conns": len(self._prio_conns),
+        }
+
     def is_empty(self) -> bool:
         """True when every index is empty (after every connection is removed)."""
         return not (

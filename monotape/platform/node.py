@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import uvicorn
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, ProcessCollector
 
 from monotape.clock import Clock, SystemClock
 from monotape.config import Config
@@ -32,6 +32,7 @@ from monotape.invariants import (
 )
 from monotape.log import log_event
 from monotape.platform.admin import build_admin_app
+from monotape.platform.auth import TokenVerifier, build_verifier
 from monotape.platform.bus import InProcessBus
 from monotape.platform.conflation import next_boundary
 from monotape.platform.feeds.epochs import FileEpochStore
@@ -43,7 +44,13 @@ from monotape.platform.feeds.simulator import (
     build_universe,
     venues_with_update_ids,
 )
-from monotape.platform.metrics import FanoutCollector, FeedCollector, StageLatencyCollector
+from monotape.platform.metrics import (
+    AuthCollector,
+    FanoutCollector,
+    FeedCollector,
+    RuntimeCollector,
+    StageLatencyCollector,
+)
 from monotape.platform.model import Instrument, Tick
 from monotape.platform.sequencer import Sequencer, SequencerCollector
 from monotape.platform.server import FanoutServer
@@ -95,12 +102,20 @@ class Node:
         self.frame_ns = int(cfg.server.frame_ms * 1e6)
         self.bus = InProcessBus()
         self.sequencer = Sequencer(cfg.server.lanes, self.frame_ns)
-        self.server = FanoutServer(cfg.server, self.universe, self.sequencer, self.clock)
+        # The key object is built once, here (DESIGN: Auth); a bad key file fails the start.
+        self.verifier: TokenVerifier | None = (
+            build_verifier(cfg.auth, cfg.data_dir, clock=self.clock) if cfg.auth.enabled else None
+        )
+        self.server = FanoutServer(
+            cfg.server, self.universe, self.sequencer, self.clock, verifier=self.verifier
+        )
         self.bus.subscribe(self._on_ticks)
         self.registry = CollectorRegistry()
         self.registry.register(SequencerCollector(self.sequencer))
         self.registry.register(FanoutCollector(self.server))
         self.registry.register(FeedCollector(lambda: self.handlers))
+        if self.verifier is not None:
+            self.registry.register(AuthCollector(self.verifier))
         self.invariants = InvariantMonitor(
             [
                 SubscriptionCardinality(self.server.index, clock=self.clock),
@@ -240,6 +255,8 @@ class Node:
             log_event(
                 "handler_started", venue=handler.venue, handler=handler.name, epoch=record.epoch
             )
+        self.registry.register(RuntimeCollector(asyncio.get_running_loop()))
+        ProcessCollector(registry=self.registry)  # process RSS, CPU seconds, open fds
         self.ws_port = await self.server.start()
         await self._start_admin()
         loop_tasks = [
@@ -309,4 +326,6 @@ class Node:
             handler.stop()
         self.rotate_histograms()  # the last partial interval is written too: every value lands
         self.hdr_writer.close()
+        if self.verifier is not None:
+            self.verifier.close()
         log_event("stopped", disconnects=dict(self.server.stats.disconnects))

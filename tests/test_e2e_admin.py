@@ -1,0 +1,104 @@
+"""The admin API and the upgrade's auth against the real server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import urllib.error
+
+import pytest
+import websockets
+
+from monotape import metric_names as m
+from monotape.histograms import STAGES
+from monotape.platform import codec
+from monotape.platform.sdk import TerminalClient
+from tests.conftest import RunningServer, mint
+
+pytestmark = [pytest.mark.e2e]
+
+
+def status(server: RunningServer, path: str, token: str | None = None) -> tuple[int, dict]:  # type: ignore[type-arg]
+    try:
+        return 200, json.loads(server.http(path, token))
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read() or b"{}")
+
+
+async def test_admin_endpoints_need_an_admin_token(server_factory: type) -> None:
+    server = server_factory.start("--rate", "4000")
+    admin = mint(server.data_dir, admin=True)
+    trader = mint(server.data_dir)
+    for path in ("/admin/connections", "/admin/feeds", "/admin/invariants", "/admin/latency"):
+        assert status(server, path)[0] == 401, path
+        assert status(server, path, "not-a-jwt")[0] == 401, path
+        assert status(server, path, trader)[0] == 403, path
+    assert status(server, "/healthz")[0] == 200
+    assert status(server, "/readyz")[0] == 200
+
+    code, body = status(server, "/admin/latency?stage=warp", admin)
+    assert code == 400 and body["parameter"] == "stage"
+    code, body = status(server, "/admin/latency?stage=write&window=soon", admin)
+    assert code == 400 and body["parameter"] == "window"
+    code, body = status(server, "/admin/connections?limit=-1", admin)
+    assert code == 400 and body["parameter"] == "limit"
+    code, body = status(server, "/admin/symbols/NOPE:NOTHING", admin)
+    assert code == 404
+
+    client = TerminalClient(server.url)
+    hello = await client.connect()
+    key = hello.instruments[0].key
+    await client.subscribe([key])
+    for _ in range(100):  # until the symbol has ticked (it renders then)
+        if key in client.view:
+            break
+        await asyncio.sleep(0.1)
+    code, body = status(server, "/admin/connections", admin)
+    assert code == 200 and body["count"] == 1
+    assert body["connections"][0]["subscriptions"] == 1
+    code, body = status(server, f"/admin/symbols/{key}", admin)
+    assert code == 200 and body["current"]["version"]
+    code, body = status(server, "/admin/feeds", admin)
+    assert code == 200 and len(body["handlers"]) == 12
+    code, body = status(server, "/admin/invariants", admin)
+    assert code == 200 and {r["name"] for r in body["results"]} == {
+        "subscription_cardinality",
+        "no_dangling_entries",
+    }
+    for stage in STAGES:
+        code, body = status(server, f"/admin/latency?stage={stage}&window=1m", admin)
+        assert code == 200 and body["stage"] == stage
+    code, body = status(server, "/openapi.json")
+    assert code == 200 and "/admin/latency" in body["paths"]
+    await client.close()
+
+
+async def test_upgrade_refuses_bad_tokens_and_closes_at_expiry(server_factory: type) -> None:
+    server = server_factory.start("--rate", "2000")
+    for token, reason in (
+        ("", "missing token"),
+        ("garbage", "malformed token"),
+        (mint(server.data_dir, ttl_s=-60), "expired"),
+    ):
+        url = server.bare_url + (f"?token={token}" if token else "")
+        with pytest.raises(websockets.InvalidStatus) as refused:
+            await websockets.connect(url)
+        assert refused.value.response.status_code == 401
+        assert reason in refused.value.response.body.decode()
+
+    # A session outlives its token by nothing: closed with a reason and a reconnect hint.
+    short = mint(server.data_dir, ttl_s=2)
+    client = TerminalClient(f"{server.bare_url}?token={short}")
+    await client.connect()
+    for _ in range(100):
+        if not client.connected:
+            break
+        await asyncio.sleep(0.1)
+    assert not client.connected, "the session outlived its token"
+    assert client.close_message is not None and "expired" in client.close_message.reason
+    assert client.close_message.code == codec.CloseCode.POLICY_VIOLATION
+    await client.close()
+    metrics = server.metrics()
+    assert metrics[(m.DISCONNECTS, (("reason", "auth_expired"),))] == 1
+    refused = {dict(k[1])["reason"] for k in metrics if k[0] == m.AUTH_REFUSED}
+    assert {"missing token", "malformed token", "expired"} <= refused
