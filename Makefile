@@ -30,5 +30,11 @@ test: lint typecheck unit
 bench: $(STAMP)
 	$(PY) -m bench $(ARGS)
 
+# Not in CI: hours of churn against `monotape run`, then a PASS/FAIL verdict (docs/soak.md).
+# make soak HOURS=8 RATE=1.3 (defaults: 1 h at 1.3x); more flags: ARGS='--report-every 60'.
+.PHONY: soak
+soak: $(STAMP)
+	HOURS="$(HOURS)" RATE="$(RATE)" $(PY) -m monotape.platform.soak $(ARGS)
+
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

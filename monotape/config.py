@@ -74,9 +74,19 @@ class ServerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     requests_per_s: float = 20.0
     request_burst: int = 40
     heartbeat_s: float = 1.0
+    # Drain (POST /admin/drain, SIGTERM): 2% of connections every 250 ms (DESIGN), each told
+    # to come back after a random 0..spread ms.
+    drain_fraction: float = 0.02
+    drain_interval_s: float = 0.25
+    drain_hint_spread_ms: int = 5_000
+    drain_on_stop: bool = True
+    drain_timeout_s: float = 20.0
     hdr_interval_s: float = 10.0  # DESIGN: histogram intervals rotate every 10 s
     hdr_max_age_s: float = 7 * 24 * 3600.0  # interval logs kept this long...
     hdr_max_bytes: int = 1 << 30  # ...and within this size, oldest deleted first
+    # gc.freeze() after warm-up: long-lived state (dictionary, indexes, caches) leaves the
+    # collector's view, so a gen-2 pause no longer scales with it (docs/observability.md).
+    gc_freeze: bool = True
     invariant_interval_s: float = 30.0  # issue: a dangling index entry visible within 30 s
 
 

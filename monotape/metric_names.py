@@ -18,10 +18,12 @@ __all__ = [
     "DISCONNECTS",
     "DUPLICATE_TICKS",
     "EVENT_LOOP_LAG",
+    "EVENT_LOOP_LAG_MAX",
     "FEED_HANDLER_UP",
     "FRAMES_SENT",
     "FRAME_PAYLOADS",
     "GAP_SNAPSHOTS",
+    "GC_FROZEN_OBJECTS",
     "GC_PAUSE",
     "INDEX_ENTRIES",
     "INVARIANT_CHECK_SECONDS",
@@ -63,6 +65,8 @@ AUTH_REFUSED = "monotape_auth_refused_total"  # {reason}
 FEED_HANDLER_UP = "monotape_feed_handler_up"  # {venue,handler}
 ASYNCIO_TASKS = "monotape_asyncio_tasks"
 EVENT_LOOP_LAG = "monotape_event_loop_lag_seconds"
+EVENT_LOOP_LAG_MAX = "monotape_event_loop_lag_max_seconds"  # max since the last scrape
+GC_FROZEN_OBJECTS = "monotape_gc_frozen_objects"
 DISCONNECTS = "monotape_disconnects_total"  # {reason}
 REQUEST_ERRORS = "monotape_request_errors_total"  # {code}
 

@@ -64,7 +64,7 @@ class RunningServer:
     def metric_sum(self, name: str) -> float:
         return sum(v for (n, _), v in self.metrics().items() if n == name)
 
-    def stop(self, timeout: float = 15.0) -> int:
+    def stop(self, timeout: float = 40.0) -> int:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:

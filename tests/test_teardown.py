@@ -147,20 +147,24 @@ async def test_write_error_and_teardown_twice(node: Node) -> None:
     assert_clean(node)
 
 
-async def test_server_shutdown(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("drain_on_stop", "reason"), [(True, "drain"), (False, "server_shutdown")])
+async def test_server_shutdown(tmp_path: Path, drain_on_stop: bool, reason: str) -> None:
+    """A stop drains (staggered, reason "drain") unless told not to; either way every terminal
+    gets 1001 with a reconnect hint and every index ends empty."""
     cfg = load_config(
         overrides={
             "data_dir": str(tmp_path),
             "server.ws_port": 0,
             "server.admin_port": 0,
             "auth.enabled": False,
+            "server.drain_on_stop": drain_on_stop,
         }
     )
     n = Node(cfg)
     await n.start()
     clients = [await subscribed_client(n) for _ in range(3)]
     await n.stop()
-    assert n.server.stats.disconnects["server_shutdown"] == 3
+    assert n.server.stats.disconnects[reason] == 3
     assert_clean(n)
     for c in clients:
         await until(lambda c=c: not c.connected)

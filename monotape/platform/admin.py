@@ -8,6 +8,7 @@ Schemas: ``GET /openapi.json`` (built from ``ENDPOINTS`` below, so docs and rout
 
 from __future__ import annotations
 
+import gc
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -21,7 +22,9 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from monotape.histograms import ALL_STAGES, query
+from monotape.histograms.plot import render_latency_svg
 from monotape.histograms.report import ReportArgumentError, parse_duration_ms
+from monotape.histograms.timeline import timeline_rows, timeline_with_gc
 from monotape.platform.auth import AuthError, token_from_request, www_authenticate
 
 if TYPE_CHECKING:
@@ -91,6 +94,11 @@ ENDPOINTS: list[tuple[str, str, str, bool]] = [
     ("GET", "/admin/symbols/{key}", "One symbol: current and published versions.", True),
     ("GET", "/admin/feeds", "Feed handlers: up, lag, delivered, epochs.", True),
     ("GET", "/admin/invariants", "The latest invariant results, with numbers.", True),
+    ("GET", "/admin/gc", "GC pauses per generation, recent pauses, event-loop lag.", True),
+    ("POST", "/admin/gc/collect", "Run a full collection now and report its pause.", True),
+    ("GET", "/admin/latency/timeline", "Per-interval percentiles per stage, GC overlaid.", True),
+    ("GET", "/admin/plots/latency.svg", "p99 per stage over ?window=, GC pauses shaded.", True),
+    ("POST", "/admin/drain", "Close every terminal, 2% per 250 ms, staggered hints.", True),
 ]
 
 
@@ -125,14 +133,16 @@ def build_admin_app(node: Node) -> Starlette:
 
     async def readyz(request: Request) -> Response:
         up = sum(1 for h in node.handlers if h.up)
+        draining = node.server.drain is not None
+        ready = node.ready and not draining
         body = {
-            "status": "ready" if node.ready else "starting",
+            "status": "draining" if draining else ("ready" if node.ready else "starting"),
             "connections": len(node.server.connections),
             "feed_handlers_up": up,
             "feed_handlers": len(node.handlers),
             "instruments": len(node.universe),
         }
-        return _json(body, 200 if node.ready else 503)
+        return _json(body, 200 if ready else 503)
 
     async def metrics(request: Request) -> Response:
         return Response(generate_latest(node.registry), media_type=CONTENT_TYPE_LATEST)
@@ -195,6 +205,7 @@ def build_admin_app(node: Node) -> Starlette:
                 "count": len(server.connections),
                 "signatures": server.index.signatures(),
                 "disconnects": dict(server.stats.disconnects),
+                "drain": server.drain_status(),
                 "connections": rows,
             }
         )
@@ -248,7 +259,52 @@ def build_admin_app(node: Node) -> Starlette:
     async def invariants(request: Request) -> Response:
         return _json(node.invariants.report())
 
+    async def gc_view(request: Request) -> Response:
+        recent = _int_param(request, "recent", 100, 0, 10_000)
+        return _json(
+            {"gc": node.gc_monitor.snapshot(recent=recent), "loop_lag": node.loop_lag.snapshot()}
+        )
+
+    async def gc_collect(request: Request) -> Response:
+        # An operator's lever, and how the tests provoke a gen-2 collection: the pause it causes
+        # is recorded by the monitor like any other.
+        before = len(node.gc_monitor.pauses())
+        collected = gc.collect(2)
+        pauses = node.gc_monitor.pauses()[before:]
+        return _json(
+            {"collected": collected, "pauses": [p.overlay() for p in pauses if p.generation == 2]}
+        )
+
+    def _window(request: Request) -> tuple[int, int]:
+        window = _window_ms(request, "10m")
+        end_ms = node.clock.wall_ns() // 1_000_000
+        return end_ms - window, end_ms
+
+    async def latency_timeline(request: Request) -> Response:
+        start_ms, end_ms = _window(request)
+        rows = await run_in_threadpool(
+            timeline_with_gc, node.hdr_dir, start_ms, end_ms, node.gc_monitor
+        )
+        return _json({"window_start_ms": start_ms, "window_end_ms": end_ms, "intervals": rows})
+
+    async def latency_svg(request: Request) -> Response:
+        start_ms, end_ms = _window(request)
+        min_gen = _int_param(request, "gen", 1, 0, 2)
+        rows = await run_in_threadpool(timeline_rows, node.hdr_dir, start_ms, end_ms)
+        pauses = node.gc_monitor.pauses_between(start_ms, end_ms, min_generation=min_gen)
+        svg = render_latency_svg(rows, pauses, title="p99 per stage, GC pauses shaded")
+        return Response(svg, media_type="image/svg+xml")
+
+    async def drain(request: Request) -> Response:
+        started = node.server.start_drain()
+        return _json(node.server.drain_status(), 202 if started else 200)
+
     handlers: dict[str, Handler] = {
+        "/admin/gc": gc_view,
+        "/admin/gc/collect": gc_collect,
+        "/admin/latency/timeline": latency_timeline,
+        "/admin/plots/latency.svg": latency_svg,
+        "/admin/drain": drain,
         "/healthz": healthz,
         "/readyz": readyz,
         "/metrics": metrics,

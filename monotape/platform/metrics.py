@@ -79,6 +79,9 @@ class FanoutCollector(Collector):
             "Frames waiting in the fullest outbound ring (bounded by server.outbox_frames).",
             value=max(queued, default=0),
         )
+        yield _counter(
+            m.ADMISSION_REJECTED, "Upgrades refused with 503 (draining).", st.admission_rejected
+        )
         yield _counter(m.GAP_SNAPSHOTS, "Snapshots sent to resolve a gap.", st.gap_snapshots)
         yield _labelled_counter(
             m.DISCONNECTS, "Connections torn down, by reason.", "reason", st.disconnects

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import os
 import random
 import socket
@@ -21,9 +22,11 @@ import numpy as np
 import uvicorn
 from prometheus_client import CollectorRegistry, ProcessCollector
 
+from monotape import metric_names as m
 from monotape.clock import Clock, SystemClock
 from monotape.config import Config
 from monotape.histograms import IntervalLogWriter, Percentiles, Recorders, summarize
+from monotape.histograms.gc import GcCollector, GcMonitor
 from monotape.invariants import (
     InvariantCollector,
     InvariantMonitor,
@@ -44,6 +47,7 @@ from monotape.platform.feeds.simulator import (
     build_universe,
     venues_with_update_ids,
 )
+from monotape.platform.looplag import LoopLagCollector, LoopLagMonitor
 from monotape.platform.metrics import (
     AuthCollector,
     FanoutCollector,
@@ -137,7 +141,14 @@ class Node:
             max_age_s=cfg.server.hdr_max_age_s,
             max_bytes=cfg.server.hdr_max_bytes,
         )
+        # GC pauses and event-loop lag, overlaid on the latency timeline.
+        self.gc_monitor = GcMonitor(clock=self.clock)
+        self.registry.register(GcCollector(self.gc_monitor, frozen_name=m.GC_FROZEN_OBJECTS))
+        self.loop_lag = LoopLagMonitor(0.1)  # the real clock: a fake one would read no lag
+        self.registry.register(LoopLagCollector(self.loop_lag, max_name=m.EVENT_LOOP_LAG_MAX))
         self.latest_latency: dict[str, Percentiles] = {}
+        self.decoded_ticks = 0  # what the stage histograms must add up to
+        self.framed_ticks = 0
         self.registry.register(StageLatencyCollector(lambda: self.latest_latency))
         self.ws_port = 0
         self.admin_port = 0
@@ -168,11 +179,13 @@ class Node:
         if self.replay is not None:
             ticks = self.replay.step()
             if ticks:
+                self.decoded_ticks += len(ticks)
                 self.stamps.decoded(ticks, wall)
                 self.bus.publish(ticks)
         for handler in self.handlers:
             ticks = handler.drain_due()
             if ticks:
+                self.decoded_ticks += len(ticks)
                 self.stamps.decoded(ticks, wall)
                 self.bus.publish(ticks)
 
@@ -190,7 +203,7 @@ class Node:
             await asyncio.sleep((boundary - now) / 1e9)
             self.pump()
             published = self.server.publish_frame(self.sequencer.take_frame(boundary))
-            self.stamps.framed(boundary, published)
+            self.framed_ticks += self.stamps.framed(boundary, published)
             self.stamps.written(np.asarray(self.server.write_latencies_ns, dtype=np.int64))
 
     def rotate_histograms(self) -> None:
@@ -250,6 +263,7 @@ class Node:
 
     # -- lifecycle -----------------------------------------------------------------------------
     async def start(self) -> None:
+        self.gc_monitor.install()
         for handler in self.handlers:
             record = handler.start()
             log_event(
@@ -259,7 +273,10 @@ class Node:
         ProcessCollector(registry=self.registry)  # process RSS, CPU seconds, open fds
         self.ws_port = await self.server.start()
         await self._start_admin()
+        if self.cfg.server.gc_freeze:
+            log_event("gc_frozen", objects=self.gc_monitor.freeze_after_warmup())
         loop_tasks = [
+            self.loop_lag.run(),
             self._pump_loop(),
             self._frame_loop(),
             self._heartbeat_loop(),
@@ -312,6 +329,11 @@ class Node:
 
     async def stop(self) -> None:
         self.ready = False
+        if self.cfg.server.drain_on_stop and self.server.connections:
+            # SIGTERM drains like POST /admin/drain: terminals leave staggered, not as a storm.
+            self.server.start_drain()
+            await self.server.wait_drained(self.cfg.server.drain_timeout_s)
+        self.loop_lag.stop()
         await self.server.stop()
         for task in self._tasks:
             task.cancel()
@@ -328,4 +350,15 @@ class Node:
         self.hdr_writer.close()
         if self.verifier is not None:
             self.verifier.close()
-        log_event("stopped", disconnects=dict(self.server.stats.disconnects))
+        self.gc_monitor.uninstall()
+        if self.cfg.server.gc_freeze:
+            gc.unfreeze()  # a node inside a test process must not leave its objects frozen
+        # The node's own accounting, next to which the interval logs must add up exactly.
+        log_event(
+            "stopped",
+            disconnects=dict(self.server.stats.disconnects),
+            ticks_decoded=self.decoded_ticks,
+            ticks_admitted=self.sequencer.admitted_total,
+            ticks_framed=self.framed_ticks,
+            frame_writes=self.server.stats.frame_writes,
+        )
