@@ -74,6 +74,14 @@ class ServerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     requests_per_s: float = 20.0
     request_burst: int = 40
     heartbeat_s: float = 1.0
+    # Admission (DESIGN): a token bucket on the upgrade path, 503 + Retry-After when empty.
+    admission_rate_per_s: float = 1_200.0
+    admission_burst: int = 2_500
+    listen_backlog: int = 4_096  # the kernel's accept queue: a storm waits here, not in RAM
+    # glass: a sampled cohort of terminals answers timed pings; RTT/2 is an upper bound on
+    # the one-way server -> glass delay (never synchronized-clock truth).
+    glass_share: float = 0.005
+    glass_interval_s: float = 5.0
     # Drain (POST /admin/drain, SIGTERM): 2% of connections every 250 ms (DESIGN), each told
     # to come back after a random 0..spread ms.
     drain_fraction: float = 0.02

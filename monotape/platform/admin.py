@@ -179,7 +179,12 @@ def build_admin_app(node: Node) -> Starlette:
         window = _window_ms(request, "1m")
         now_ms = int(time.time() * 1000)
         result = await run_in_threadpool(query, node.hdr_dir, stage, now_ms - window, now_ms)
-        return _json(result)
+        body = msgspec.to_builtins(result)
+        if stage == "glass":
+            body["note"] = (
+                "RTT/2 of timed pings to a sampled cohort: an upper bound, not a one-way truth"
+            )
+        return _json(body)
 
     async def connections(request: Request) -> Response:
         limit = _int_param(request, "limit", 100, 0, 10_000)

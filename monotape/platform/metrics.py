@@ -79,8 +79,11 @@ class FanoutCollector(Collector):
             "Frames waiting in the fullest outbound ring (bounded by server.outbox_frames).",
             value=max(queued, default=0),
         )
-        yield _counter(
-            m.ADMISSION_REJECTED, "Upgrades refused with 503 (draining).", st.admission_rejected
+        yield _labelled_counter(
+            m.ADMISSION_REJECTED,
+            "Upgrades refused with 503, by reason (rate, draining).",
+            "reason",
+            st.admission_rejected,
         )
         yield _counter(m.GAP_SNAPSHOTS, "Snapshots sent to resolve a gap.", st.gap_snapshots)
         yield _labelled_counter(
@@ -121,7 +124,8 @@ class StageLatencyCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         family = GaugeMetricFamily(
             m.STAGE_LATENCY,
-            "Stage latency quantiles over the latest 10 s interval.",
+            "Stage latency quantiles over the latest 10 s interval "
+            "(stage glass is RTT/2 of timed pings: an upper bound).",
             labels=["stage", "quantile"],
         )
         for stage, p in sorted(self._latest().items()):

@@ -110,8 +110,16 @@ class Node:
         self.verifier: TokenVerifier | None = (
             build_verifier(cfg.auth, cfg.data_dir, clock=self.clock) if cfg.auth.enabled else None
         )
+        # Stage histograms: recorded per batch, rotated every 10 s into interval logs.
+        self.stamps = StageStamps(Recorders(start_ms=self.clock.wall_ns() // 1_000_000))
         self.server = FanoutServer(
-            cfg.server, self.universe, self.sequencer, self.clock, verifier=self.verifier
+            cfg.server,
+            self.universe,
+            self.sequencer,
+            self.clock,
+            verifier=self.verifier,
+            hydrate=self.stamps.recorders["hydrate"],
+            glass=self.stamps.recorders["glass"] if cfg.server.glass_share > 0 else None,
         )
         self.bus.subscribe(self._on_ticks)
         self.registry = CollectorRegistry()
@@ -131,8 +139,6 @@ class Node:
             clock=self.clock,
         )
         self.registry.register(InvariantCollector(self.invariants))
-        # Stage histograms: recorded per batch, rotated every 10 s into interval logs.
-        self.stamps = StageStamps(Recorders(start_ms=self.clock.wall_ns() // 1_000_000))
         self.hdr_dir = self.data_dir / "hdr"
         self.hdr_writer = IntervalLogWriter(
             self.hdr_dir,
@@ -283,6 +289,8 @@ class Node:
             self.invariants.run_forever(),
             self._rotation_loop(),
         ]
+        if self.cfg.server.glass_share > 0:
+            loop_tasks.append(self.server.glass_loop())
         if self.cfg.feeds.restart_every_s > 0 and self.handlers:
             loop_tasks.append(self._chaos_loop())
         self._tasks = [asyncio.create_task(t) for t in loop_tasks]

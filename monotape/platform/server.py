@@ -32,8 +32,10 @@ from websockets.protocol import State
 
 from monotape.clock import Clock
 from monotape.config import ServerConfig
+from monotape.histograms import StageRecorder
 from monotape.log import log_event
 from monotape.platform import codec
+from monotape.platform.admission import TokenBucket
 from monotape.platform.auth import (
     AuthError,
     Claims,
@@ -67,6 +69,11 @@ CLOSE_UNSUPPORTED = 1003
 CLOSE_POLICY = 1008
 MAX_BAD_REQUESTS = 50  # then the connection is closed with 1008: a client this broken is a bug
 MAX_RATE_VIOLATIONS = 200  # a subscribe flood that ignores RATE_LIMITED errors
+
+
+def _sampled(conn_id: int, share: float) -> bool:
+    """A deterministic ~share of connection ids (Knuth's multiplicative hash spreads them)."""
+    return (conn_id * 2654435761) % 10_000 < share * 10_000
 
 
 class SnapshotCache:
@@ -110,7 +117,8 @@ class FanoutStats:
         self.request_errors: Counter[str] = Counter()
         self.disconnects: Counter[str] = Counter()
         self.connections_total = 0
-        self.admission_rejected = 0
+        # by reason; both series exist from the start so a rate() over them never starts blank
+        self.admission_rejected: Counter[str] = Counter({"rate": 0, "draining": 0})
         self.frame_writes = 0  # frames handed to the kernel straight from publish_frame
 
 
@@ -123,12 +131,18 @@ class FanoutServer:
         clock: Clock,
         server_id: str = "monotape",
         verifier: TokenVerifier | None = None,
+        hydrate: StageRecorder | None = None,
+        glass: StageRecorder | None = None,
     ) -> None:
         self.cfg = cfg
         self.clock = clock
         self.verifier = verifier
+        self._hydrate = hydrate  # µs-resolution histogram of (re)subscription hydrations
+        self._glass = glass  # RTT/2 samples of the glass cohort (an upper bound)
+        self.cohort: set[int] = set()  # connections sampled for glass pings
         # claims verified at the upgrade, picked up by the connection's handler; weak, so a
         # handshake that fails after process_request leaves nothing behind
+        self.admission = TokenBucket(cfg.admission_rate_per_s, cfg.admission_burst, clock.now_ns())
         self.drain: Drain | None = None  # set once a drain starts: new upgrades get 503
         self._drain_task: asyncio.Task[None] | None = None
         self._claims: weakref.WeakKeyDictionary[ServerConnection, Claims] = (
@@ -173,11 +187,31 @@ class FanoutServer:
             max_queue=16,
             ping_interval=20,
             ping_timeout=20,
-            backlog=2048,
+            backlog=self.cfg.listen_backlog,
         )
         sock = next(iter(self._server.sockets))
         port: int = sock.getsockname()[1]
         return port
+
+    # -- glass ---------------------------------------------------------------------------------
+    async def glass_loop(self) -> None:
+        """Ping the sampled cohort; each pong gives RTT/2 into the glass histogram. Labelled an
+        upper bound everywhere: without synchronized clocks it is all a server can honestly say
+        about the one-way delay to the glass."""
+        assert self._glass is not None
+        while True:
+            await asyncio.sleep(self.cfg.glass_interval_s)
+            waiters = []
+            for cid in tuple(self.cohort):
+                conn = self.connections.get(cid)
+                if conn is None or not conn.writable:
+                    continue
+                with contextlib.suppress(ConnectionClosed, RuntimeError):
+                    waiters.append(await conn.ws.ping())
+            for waiter in waiters:
+                with contextlib.suppress(TimeoutError, ConnectionClosed, asyncio.CancelledError):
+                    rtt_s = await asyncio.wait_for(waiter, self.cfg.glass_interval_s)
+                    self._glass.record_ns(int(rtt_s * 1e9) // 2)
 
     # -- drain ---------------------------------------------------------------------------------
     def start_drain(self) -> bool:
@@ -277,6 +311,7 @@ class FanoutServer:
         self.index.remove_connection(conn_id)
         conn.outbox.clear()
         self._behind.discard(conn_id)
+        self.cohort.discard(conn_id)
         self._gone_frames += conn.frames_sent
         self._gone_bytes += conn.bytes_sent
         self._gone_drops += conn.outbox.drops
@@ -291,9 +326,14 @@ class FanoutServer:
         """Every upgrade passes here before a WebSocket exists: 503 while draining, then the
         JWT, verified off the event loop (cached by fingerprint): 401 with the reason."""
         if self.drain is not None:
-            self.stats.admission_rejected += 1
+            self.stats.admission_rejected["draining"] += 1
             response = ws.respond(HTTPStatus.SERVICE_UNAVAILABLE, "draining: reconnect elsewhere\n")
             response.headers["Retry-After"] = str(random.randint(1, 5))  # jittered
+            return response
+        if not self.admission.take(self.clock.now_ns()):
+            self.stats.admission_rejected["rate"] += 1
+            response = ws.respond(HTTPStatus.SERVICE_UNAVAILABLE, "too many connections: retry\n")
+            response.headers["Retry-After"] = str(self.admission.retry_after_s())
             return response
         if self.verifier is None:
             return None
@@ -340,6 +380,8 @@ class FanoutServer:
             )
         self.connections[conn_id] = conn
         self.index.add_connection(conn_id)
+        if self._glass is not None and _sampled(conn_id, self.cfg.glass_share):
+            self.cohort.add(conn_id)
         self.stats.connections_total += 1
         reason = "closed"
         try:
@@ -460,8 +502,11 @@ class FanoutServer:
                 return
             # Every requested symbol is hydrated, held ones included: re-subscribing is how a
             # terminal that saw a gap asks for a fresh base (docs/wire.md).
+            started = self.clock.now_ns()
             self.index.subscribe(cid, iids)
             self._deliver(conn, self.snapshots.snapshot(self._last_frame_no, iids))
+            if self._hydrate is not None:
+                self._hydrate.record_ns(self.clock.now_ns() - started)
         elif isinstance(request, Unsubscribe):
             self.index.unsubscribe(cid, iids)
         elif isinstance(request, SetPriority):
