@@ -51,7 +51,7 @@ def test_wire_smoke() -> None:
 
 
 def test_main_collects_other_benches_and_renders() -> None:
-    rows, problems = bench_main.collect(True, only=["ingest", "payloads"], log=lambda _m: None)
+    rows, problems = bench_main.collect(True, only=["ingest", "payloads", "recording"], log=lambda _m: None)
     assert not problems, problems
     _check(rows)
     text = bench_main.report(rows, problems, quick=True, secs=1.0)

@@ -181,18 +181,17 @@ class Node:
                 for venue, batch in per_venue.items():
                     for handler in self._by_venue[venue]:
                         handler.on_venue(batch)
-        wall = self.clock.wall_ns()
         if self.replay is not None:
             ticks = self.replay.step()
             if ticks:
                 self.decoded_ticks += len(ticks)
-                self.stamps.decoded(ticks, wall)
+                self.stamps.decoded(ticks)
                 self.bus.publish(ticks)
         for handler in self.handlers:
             ticks = handler.drain_due()
             if ticks:
                 self.decoded_ticks += len(ticks)
-                self.stamps.decoded(ticks, wall)
+                self.stamps.decoded(ticks)
                 self.bus.publish(ticks)
 
     async def _pump_loop(self) -> None:
@@ -209,13 +208,15 @@ class Node:
             await asyncio.sleep((boundary - now) / 1e9)
             self.pump()
             published = self.server.publish_frame(self.sequencer.take_frame(boundary))
-            self.framed_ticks += self.stamps.framed(boundary, published)
+            offset = self.clock.wall_ns() - self.clock.now_ns()
+            self.framed_ticks += self.stamps.framed(boundary, published, offset)
             self.stamps.written(np.asarray(self.server.write_latencies_ns, dtype=np.int64))
 
-    def rotate_histograms(self) -> None:
+    def rotate_histograms(self, *, final: bool = False) -> None:
         """Close every stage's interval, log it, and keep its summary for /metrics."""
-        now_ms = self.clock.wall_ns() // 1_000_000
-        intervals = self.stamps.rotate(now_ms)
+        wall = self.clock.wall_ns()
+        intervals = self.stamps.rotate(wall // 1_000_000, wall - self.clock.now_ns(), final=final)
+        now_ms = wall // 1_000_000
         self.hdr_writer.write(intervals)
         self.latest_latency = {
             iv.stage: summarize(
@@ -354,7 +355,7 @@ class Node:
             self._admin_sock.close()
         for handler in self.handlers:
             handler.stop()
-        self.rotate_histograms()  # the last partial interval is written too: every value lands
+        self.rotate_histograms(final=True)  # the last partial interval too: every value lands
         self.hdr_writer.close()
         if self.verifier is not None:
             self.verifier.close()
