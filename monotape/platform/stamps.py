@@ -12,6 +12,10 @@ per-value ``record_value()`` costs ~1 µs (MEASURED), too much at 190k ticks/s �
 | encode     | frame boundary → payloads encoded, published  | tick admitted (to its frame)  |
 | write      | published → handed to the kernel              | frame written to a connection |
 
+``write`` counts frames handed to the kernel straight from the fan-out; a frame that waited in a
+slow terminal's ring is counted in ``monotape_slow_consumer_drops_total`` / the ring gauges, not
+here (the ring holds bytes, not their publish time).
+
 ``decode`` subtracts the venue's wall clock from ours, so it is only as good as the clocks'
 agreement (negative values are clamped to 0 and counted). The rest is this host's monotonic
 clock.
