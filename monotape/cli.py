@@ -227,6 +227,103 @@ def _add_churn(load_sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     churn.set_defaults(func=cmd_load_churn)
 
 
+def _load_knobs(args: argparse.Namespace, cfg: Config) -> Any:
+    from monotape.platform.loadgen import LoadConfig
+
+    knobs = {
+        f: getattr(args, f)
+        for f in LoadConfig.__struct_fields__
+        if getattr(args, f, None) is not None
+    }
+    if "admin_url" not in knobs:
+        knobs["admin_url"] = f"http://{cfg.server.host}:{cfg.server.admin_port}"
+    return msgspec.convert(knobs, LoadConfig)
+
+
+def cmd_load_replay(args: argparse.Namespace) -> int:
+    from monotape.platform.loadgen import (
+        LoadRefused,
+        TraceError,
+        compare,
+        load_trace,
+        poisson_like,
+        run_load,
+        storm_trace,
+    )
+
+    cfg = _config(args, {})
+    url = _terminal_url(args, cfg)  # mints a dev token from the data dir, like `monotape tape`
+    name = f"monotape load {args.load_command}"
+    try:
+        load = _load_knobs(args, cfg)
+        if args.load_command == "storm":
+            trace = storm_trace(
+                terminals=args.terminals,
+                duration_s=args.duration,
+                open_at_s=args.open_at,
+                open_spread_s=args.open_spread,
+                releases=tuple(args.release or ()),
+                release_share=args.release_share,
+                seed=load.seed,
+            )
+        else:
+            trace = load_trace(args.trace)
+    except (msgspec.ValidationError, TraceError, ValueError) as exc:
+        print(f"{name}: {exc}", file=sys.stderr)
+        return 2
+    try:
+        report = run_load(url, trace, load)
+        contrast = run_load(url, poisson_like(trace, load.seed), load) if args.poisson else None
+    except LoadRefused as exc:
+        print(f"{name}: {exc}", file=sys.stderr)
+        return 2
+    sys.stderr.write("\n")
+    if args.json:
+        sys.stdout.write(msgspec.json.format(report.to_json()).decode() + "\n")
+        if contrast is not None:
+            sys.stdout.write(msgspec.json.format(contrast.to_json()).decode() + "\n")
+    else:
+        print(report.format_table())
+        if contrast is not None:
+            print("\ncorrelated (A) vs Poisson with the same mean (B):")
+            print(compare(report, contrast))
+    return 0 if report.errors == 0 and report.all_connected_at_end else 1
+
+
+def _add_load_replay(load_sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from monotape.platform.loadgen import LoadConfig
+
+    replay = load_sub.add_parser(
+        "replay", help="replay an arrival trace (docs/load.md) over several processes; loopback"
+    )
+    replay.add_argument("trace", help="trace file (JSON, docs/load.md)")
+    storm = load_sub.add_parser(
+        "storm", help="a correlated open + data-release reconnect storm; loopback only"
+    )
+    storm.add_argument("--terminals", type=int, default=2000, help="connects at the open")
+    storm.add_argument("--duration", type=int, default=30, help="trace length, s")
+    storm.add_argument("--open-at", type=int, default=5, help="second of the open")
+    storm.add_argument("--open-spread", type=int, default=1, choices=(1, 2), help="s")
+    storm.add_argument("--release", type=int, action="append", help="data-release second")
+    storm.add_argument("--release-share", type=float, default=0.5, help="share that reconnects")
+    defaults = LoadConfig()
+    for p in (replay, storm):
+        _common(p)
+        p.add_argument("--url", help="server URL (default ws://127.0.0.1:8765/)")
+        p.add_argument("--token", help="JWT (env MONOTAPE_TOKEN; default: a dev-key token)")
+        p.add_argument("--poisson", action="store_true", help="also run the Poisson contrast")
+        p.add_argument("--json", action="store_true", help="msgspec JSON instead of a table")
+        for field in LoadConfig.__struct_fields__:
+            default = getattr(defaults, field)
+            p.add_argument(
+                "--" + field.replace("_", "-"),
+                dest=field,
+                type=str if default is None else type(default),
+                help=f"default {default} (docs/load.md)",
+            )
+        p.set_defaults(func=cmd_load_replay)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="monotape", description="Market-data fan-out: a price never moves backwards."
@@ -276,6 +373,7 @@ def build_parser() -> argparse.ArgumentParser:
     load = sub.add_parser("load", help="load harnesses against a running server (loopback)")
     load_sub = load.add_subparsers(dest="load_command", required=True)
     _add_churn(load_sub)
+    _add_load_replay(load_sub)
     return parser
 
 

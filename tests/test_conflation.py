@@ -147,3 +147,10 @@ def test_replaying_records_reproduces_latest_state_and_bases_chain(plan: list[in
             held[r.iid] = r.new
     assert held == latest
     assert all(c.published(i) is t for i, t in latest.items())
+
+
+def test_a_boundary_is_taken_once() -> None:
+    c = Conflator(40_000_000)
+    c.take_frame(80_000_000)
+    with pytest.raises(ValueError, match="not after"):
+        c.take_frame(80_000_000)  # an early wake-up must not publish the same frame twice

@@ -91,12 +91,13 @@ class Conflator:
     def take_frame(self, boundary_ns: int) -> Frame:
         """Close the frame at ``boundary_ns``: one record per symbol changed since the last one.
 
-        Raises ``ValueError`` if ``boundary_ns`` is before the previous boundary: frames leave in
-        grid order, or bases would chain backwards.
+        Raises ``ValueError`` if ``boundary_ns`` is not after the previous boundary: frames leave
+        in grid order, once per boundary, or bases would chain backwards (or a frame number
+        would repeat on the wire).
         """
         last = self._last_boundary
-        if last is not None and boundary_ns < last:
-            raise ValueError(f"boundary {boundary_ns} is before the previous one ({last})")
+        if last is not None and boundary_ns <= last:
+            raise ValueError(f"boundary {boundary_ns} is not after the previous one ({last})")
         self._last_boundary = boundary_ns
         pending = self._pending
         published = self._published

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+from collections import deque
 from collections.abc import Callable
 
 from websockets.asyncio.server import ServerConnection
@@ -22,7 +23,9 @@ from websockets.protocol import State
 
 from monotape.platform.outbox import Outbox
 
-__all__ = ["Connection", "WriteFailed"]
+__all__ = ["MAX_CONTROL_QUEUED", "Connection", "WriteFailed"]
+
+MAX_CONTROL_QUEUED = 256  # answers to requests that are themselves rate-limited (20/s)
 
 
 class WriteFailed(Exception):
@@ -37,6 +40,7 @@ class Connection:
         "close_reason",
         "closing",
         "conn_id",
+        "control",
         "expiry",
         "frames_sent",
         "gap_since_ns",
@@ -69,6 +73,7 @@ class Connection:
         if sock is not None and so_sndbuf > 0:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, so_sndbuf)
         self.outbox = Outbox(outbox_frames)
+        self.control: deque[bytes] = deque()  # answers waiting for room (never dropped)
         self.high_water = high_water
         self.opened_ns = opened_ns
         remote = ws.remote_address
@@ -101,18 +106,40 @@ class Connection:
         """Send now (True), or queue in the bounded ring when the terminal is behind (False):
         either way in order."""
         outbox = self.outbox
-        if outbox.gap or len(outbox) or self.transport.get_write_buffer_size() > self.high_water:
+        if (
+            self.control  # queued answers first: the hello must precede every frame
+            or outbox.gap
+            or len(outbox)
+            or self.transport.get_write_buffer_size() > self.high_water
+        ):
             outbox.push(wire)
             return False
         self._write(wire)
         return True
 
+    def deliver_control(self, wire: bytes) -> bool:
+        """Answers (hello, ack, error) are never dropped with the data: a terminal in a gap still
+        learns that its subscribe was applied. They wait in their own small queue, which a
+        terminal can only overflow by not reading at all (then it is torn down)."""
+        control = self.control
+        if control or self.transport.get_write_buffer_size() > self.high_water:
+            if len(control) >= MAX_CONTROL_QUEUED:
+                raise WriteFailed("control backlog: the terminal is not reading")
+            control.append(wire)
+            return False
+        self._write(wire)
+        return True
+
     def flush(self, snapshot_for_gap: Callable[[], bytes]) -> bool:
-        """Move queued frames to the socket while it has room; returns True if a gap was
-        resolved with a fresh snapshot (the caller counts it)."""
+        """Move queued answers, then queued frames, to the socket while it has room; returns
+        True if a gap was resolved with a fresh snapshot (the caller counts it)."""
         outbox = self.outbox
+        control = self.control
         resolved = False
         while self.transport.get_write_buffer_size() <= self.high_water:
+            if control:
+                self._write(control.popleft())
+                continue
             if outbox.gap:
                 outbox.resolve_gap(snapshot_for_gap())
                 resolved = True
@@ -124,4 +151,4 @@ class Connection:
 
     @property
     def behind(self) -> bool:
-        return bool(self.outbox.gap or len(self.outbox))
+        return bool(self.control or self.outbox.gap or len(self.outbox))

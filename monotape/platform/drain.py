@@ -42,6 +42,7 @@ class Drain:
         self.started_ns = started_ns
         self._next_ns = started_ns
         self.closed = 0
+        self.finished_ns = 0  # set by the driver when the last batch was closed
 
     @property
     def done(self) -> bool:

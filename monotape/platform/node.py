@@ -15,7 +15,7 @@ import os
 import random
 import socket
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -63,6 +63,12 @@ from monotape.platform.stamps import StageStamps
 __all__ = ["Node"]
 
 PUMP_INTERVAL_S = 0.001  # handlers' delay lines are drained at ~1 ms resolution
+
+
+async def _sleep_until(clock: Callable[[], int], deadline_ns: int) -> None:
+    """Sleep until ``clock()`` reaches ``deadline_ns``, however early the timer fires."""
+    while (now := clock()) < deadline_ns:
+        await asyncio.sleep((deadline_ns - now) / 1e9)
 
 
 class Node:
@@ -201,11 +207,14 @@ class Node:
 
     async def _frame_loop(self) -> None:
         # Boundaries sit on a fixed grid of the monotonic clock; a late wake-up still publishes
-        # the boundary it was due for, and never lets the lateness accumulate.
+        # the boundary it was due for, and never lets the lateness accumulate. An early wake-up
+        # (uvloop's timers fire up to ~1 ms early) waits out the rest: a frame is never taken
+        # before its boundary, and never twice for one boundary.
+        last = 0
         while True:
-            now = self.clock.now_ns()
-            boundary = next_boundary(now, self.frame_ns)
-            await asyncio.sleep((boundary - now) / 1e9)
+            boundary = max(next_boundary(self.clock.now_ns(), self.frame_ns), last + self.frame_ns)
+            await _sleep_until(self.clock.now_ns, boundary)
+            last = boundary
             self.pump()
             published = self.server.publish_frame(self.sequencer.take_frame(boundary))
             offset = self.clock.wall_ns() - self.clock.now_ns()
@@ -237,7 +246,7 @@ class Node:
         step_ns = int(self.cfg.server.hdr_interval_s * 1e9)
         while True:
             wall = self.clock.wall_ns()
-            await asyncio.sleep((step_ns - wall % step_ns) / 1e9)
+            await _sleep_until(self.clock.wall_ns, wall - wall % step_ns + step_ns)
             self.rotate_histograms()
 
     async def _heartbeat_loop(self) -> None:

@@ -12,17 +12,30 @@ delta stream; priority updates are absolute records. The SDK keeps both:
 
 ``stats.regressions`` counts records a naive client would have rendered backwards: a conflated
 record below its own chain, or a priority update below the previous one. It must stay 0.
+
+With ``reconnect=True`` a supervisor task owns the connection (docs/sdk.md): when it ends for
+any reason but our own ``close()``, the client waits (``next_delay``: the server's
+``reconnect_after_ms`` hint, an HTTP 503's Retry-After, full-jitter exponential backoff,
+whichever is longest), reconnects, re-subscribes every held key, re-applies priority and
+re-hydrates from the server's snapshots. ``shown`` is held *across* reconnects, so a snapshot
+older than the screen is never rendered; ``chain`` starts afresh with each connection.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import email.utils
+import functools
 import itertools
+import random
+import re
+import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final, Literal
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import msgspec
 import websockets
@@ -31,13 +44,41 @@ from websockets.asyncio.client import ClientConnection
 from monotape.platform import codec
 from monotape.platform.admit import APPLIED, DUPLICATE, VersionGuard
 from monotape.platform.model import Instrument, Version
-from monotape.platform.requests import Request, SetPriority, Subscribe, Unsubscribe, encode_request
+from monotape.platform.requests import (
+    MAX_KEYS,
+    MAX_PRIORITY_KEYS,
+    Request,
+    SetPriority,
+    Subscribe,
+    Unsubscribe,
+    encode_request,
+)
 
-__all__ = ["Quote", "SdkStats", "ServerError", "TerminalClient"]
+__all__ = [
+    "STATES",
+    "NotConnectedError",
+    "Quote",
+    "SdkStats",
+    "ServerError",
+    "State",
+    "TerminalClient",
+    "hint_from_reason",
+    "next_delay",
+    "parse_retry_after",
+    "with_token",
+]
 
 SOURCE_SNAPSHOT = "snapshot"
 SOURCE_FRAME = "frame"
 SOURCE_PRIORITY = "priority"
+
+State = Literal["idle", "connecting", "connected", "backoff", "closed"]
+STATES: Final[tuple[State, ...]] = ("idle", "connecting", "connected", "backoff", "closed")
+
+HISTORY: Final = 100  # per-attempt timings kept in the stats lists
+MAX_HINT_S: Final = 600.0  # a server hint (or Retry-After) longer than this is clamped
+_MAX_EXP: Final = 62  # 2**attempt beyond this is past any cap; avoids float overflow
+_HINT_RE: Final = re.compile(r"reconnect_after_ms=(\d+)")
 
 
 class Quote(msgspec.Struct, frozen=True, gc=False):
@@ -69,6 +110,90 @@ class ServerError(Exception):
         self.message = error.message
 
 
+class NotConnectedError(ConnectionError):
+    """A request while a reconnecting client is between connections. The request's intent is
+    kept (held keys, priority) and applied on the next connection."""
+
+
+# -- the reconnect policy, pure ---------------------------------------------------------------
+
+
+def next_delay(
+    attempt: int,
+    hint_ms: int | None,
+    retry_after_s: float | None,
+    base: float,
+    cap: float,
+    rng: random.Random,
+    *,
+    unauthorized: bool = False,
+) -> float:
+    """Seconds to wait before connection attempt ``attempt + 1``.
+
+    The longest of: the server's ``reconnect_after_ms`` hint, an HTTP 503's Retry-After, and a
+    full-jitter exponential backoff ``uniform(0, min(cap, base * 2**attempt))``. Hints are
+    honoured above the cap (the server knows its own load) but clamped to ``MAX_HINT_S``.
+    ``unauthorized`` (HTTP 401): retrying soon cannot help, so wait at the cap
+    (``uniform(cap / 2, cap)``: still jittered, so expired desks do not come back in lockstep).
+    """
+    attempt = min(max(0, attempt), _MAX_EXP)
+    base = max(0.0, base)
+    cap = max(0.0, cap)
+    floor = 0.0
+    if hint_ms is not None and hint_ms > 0:
+        floor = min(hint_ms / 1000.0, MAX_HINT_S)
+    if retry_after_s is not None and retry_after_s > 0:
+        floor = max(floor, min(float(retry_after_s), MAX_HINT_S))
+    if unauthorized:
+        backoff = rng.uniform(cap / 2, cap)
+    else:
+        backoff = rng.uniform(0.0, min(cap, base * 2.0**attempt))
+    return max(floor, backoff)
+
+
+def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
+    """Retry-After (RFC 9110 §10.2.3): delay-seconds or an HTTP-date; None if absent or bad."""
+    if value is None:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
+def hint_from_reason(reason: str | None) -> int | None:
+    """The ``reconnect_after_ms=N`` the server puts in its WebSocket close reason."""
+    if not reason:
+        return None
+    m = _HINT_RE.search(reason)
+    return int(m.group(1)) if m else None
+
+
+def with_token(url: str, token: str) -> str:
+    """``url`` with its ``token`` query parameter set to ``token`` (appended if absent)."""
+    parts = urlsplit(url)
+    query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k != "token"]
+    query.append(("token", token))
+    return urlunsplit(parts._replace(query=urlencode(query)))
+
+
+def _chunks(items: Sequence[str], size: int) -> Iterable[list[str]]:
+    for i in range(0, len(items), size):
+        yield list(items[i : i + size])
+
+
+def _subscribe(keys: list[str], req: int) -> Request:
+    return Subscribe(req=req, keys=keys)
+
+
+def _priority(keys: list[str], req: int) -> Request:
+    return SetPriority(req=req, keys=keys)
+
+
 @dataclass
 class SdkStats:
     frames: int = 0
@@ -85,6 +210,27 @@ class SdkStats:
     dropped_updates: int = 0  # iterator queue overflow (the view stays exact)
     last_frame_no: int = 0
     error_log: deque[str] = field(default_factory=lambda: deque(maxlen=32))
+    # -- connection lifecycle (docs/sdk.md, "Stats") -----------------------------------------
+    connects: int = 0  # connections that got a hello
+    reconnects: int = 0  # of which after the first
+    refused_503: int = 0  # upgrades refused with 503 (draining / over the admission rate)
+    refused_401: int = 0  # upgrades refused with 401 (bad or expired token)
+    connect_errors: int = 0  # any other failed attempt (refused socket, timeout, no hello)
+    closes: int = 0  # connections that ended (not by our close())
+    closes_with_hint: int = 0  # ... whose close carried reconnect_after_ms
+    last_close_code: int | None = None
+    last_close_hint_ms: int | None = None
+    resubscribed: int = 0  # keys re-subscribed on reconnects
+    backoff_attempt: int = 0  # the backoff exponent of the next wait (0 after a stable connection)
+    last_backoff_s: float = 0.0
+    connect_seconds: float | None = None  # latest connection: attempt start -> hello
+    first_frame_seconds: float | None = None  # latest connection: hello -> first FRAME
+    connect_seconds_history: deque[float] = field(default_factory=lambda: deque(maxlen=HISTORY))
+    first_frame_seconds_history: deque[float] = field(default_factory=lambda: deque(maxlen=HISTORY))
+    # (attempt, delay_s, why) of each wait; why: "close", "503", "401", "error"
+    backoff_history: deque[tuple[int, float, str]] = field(
+        default_factory=lambda: deque(maxlen=HISTORY)
+    )
 
 
 class TerminalClient:
@@ -92,22 +238,41 @@ class TerminalClient:
         self,
         url: str,
         *,
+        reconnect: bool = False,
+        backoff_base_s: float = 0.25,
+        backoff_cap_s: float = 15.0,
+        rng: random.Random | None = None,
+        token_provider: Callable[[], str] | None = None,
         on_render: Callable[[Quote], None] | None = None,
+        on_state: Callable[[State], None] | None = None,
         queue_size: int = 10_000,
         open_timeout: float = 10.0,
+        stable_after_s: float = 1.0,
     ) -> None:
+        if backoff_base_s < 0 or backoff_cap_s < 0:
+            raise ValueError("backoff_base_s and backoff_cap_s must be >= 0")
         self.url = url
+        self.reconnect = reconnect
+        self.backoff_base_s = backoff_base_s
+        self.backoff_cap_s = backoff_cap_s
+        self.stable_after_s = stable_after_s
+        self.token_provider = token_provider
         self.on_render = on_render
+        self.on_state = on_state
         self.stats = SdkStats()
         self.view: dict[str, Quote] = {}
         self.instruments: dict[int, Instrument] = {}
         self.ids: dict[str, int] = {}
         self.hello: codec.Hello | None = None
         self.close_message: codec.Close | None = None
+        self.state: State = "idle"
+        self._rng = rng or random.Random()
         self._open_timeout = open_timeout
         self._ws: ClientConnection | None = None
         self._reader: asyncio.Task[None] | None = None
+        self._supervisor: asyncio.Task[None] | None = None
         self._hello_ready: asyncio.Future[codec.Hello] | None = None
+        self._first_hello: asyncio.Future[codec.Hello] | None = None
         self._pending: dict[int, asyncio.Future[codec.Ack]] = {}
         self._req = itertools.count(1)
         self._chain: dict[int, tuple[int, int, int, int, int, int]] = {}
@@ -116,39 +281,299 @@ class TerminalClient:
         self._resyncing: set[int] = set()
         self._queue: asyncio.Queue[Quote] | None = None
         self._queue_size = queue_size
+        # what the caller holds: restored on every reconnect (dicts keep the caller's order)
+        self._held: dict[str, None] = {}
+        self._prio: dict[str, None] = {}
+        self._closing = False
+        self._wake: asyncio.Event | None = None
+        self._connected_evt: asyncio.Event | None = None
+        self._attempt_started = 0.0
+        self._hello_at: float | None = None
+        self._conn_close: codec.Close | None = None  # the CLOSE message of this connection
+        self._bg: set[asyncio.Task[Any]] = set()
+
+    # -- state --------------------------------------------------------------------------------
+    def _set_state(self, state: State) -> None:
+        if state == self.state:
+            return
+        self.state = state
+        evt = self._connected_evt
+        if evt is not None:
+            if state == "connected":
+                evt.set()
+            else:
+                evt.clear()
+        if self.on_state is not None:
+            try:
+                self.on_state(state)
+            except Exception as exc:  # a callback bug must not kill the supervisor
+                self.stats.error_log.append(f"on_state raised {exc!r}")
+
+    def _events(self) -> asyncio.Event:
+        if self._connected_evt is None:
+            self._connected_evt = asyncio.Event()
+            if self.state == "connected":
+                self._connected_evt.set()
+        return self._connected_evt
+
+    async def wait_connected(self, timeout: float | None = None) -> bool:
+        """True once connected (and, when reconnecting, restored); False after ``timeout`` s."""
+        try:
+            await asyncio.wait_for(self._events().wait(), timeout)
+        except TimeoutError:
+            return False
+        return True
 
     # -- connection ---------------------------------------------------------------------------
-    async def connect(self, **connect_kwargs: Any) -> codec.Hello:
-        """Open the connection and wait for the hello (its dictionary names every symbol).
-        ``connect_kwargs`` go to ``websockets.connect`` (e.g. ``sock=`` for a tuned socket)."""
-        loop = asyncio.get_running_loop()
-        self._hello_ready = loop.create_future()
-        self._ws = await websockets.connect(
-            self.url,
+    def _attempt_url(self) -> str:
+        if self.token_provider is None:
+            return self.url
+        return with_token(self.url, self.token_provider())
+
+    async def _open(self, url: str, connect_kwargs: dict[str, Any]) -> ClientConnection:
+        self._attempt_started = time.monotonic()
+        return await websockets.connect(
+            url,
             compression=None,
             open_timeout=self._open_timeout,
             max_size=8 * 1024 * 1024,  # hello carries the whole dictionary
             max_queue=256,
             **connect_kwargs,
         )
-        self._reader = asyncio.create_task(self._read_loop())
-        return await asyncio.wait_for(self._hello_ready, self._open_timeout)
+
+    async def connect(self, **connect_kwargs: Any) -> codec.Hello:
+        """Open the connection and wait for the hello (its dictionary names every symbol).
+        ``connect_kwargs`` go to ``websockets.connect`` (e.g. ``sock=`` for a tuned socket).
+
+        With ``reconnect=True`` this starts the supervisor and returns the first connection's
+        hello; failed attempts are retried by the policy, so bound it with
+        ``asyncio.wait_for`` if need be (a ``connect()`` that is cancelled closes the client).
+        A ``sock=`` is used for the first attempt only."""
+        if self.reconnect:
+            return await self._start_supervisor(connect_kwargs)
+        self._events()
+        loop = asyncio.get_running_loop()
+        self._hello_ready = loop.create_future()
+        self._set_state("connecting")
+        try:
+            self._ws = await self._open(self._attempt_url(), connect_kwargs)
+        except BaseException:
+            self._set_state("closed")
+            raise
+        self._reset_connection()
+        self._reader = asyncio.create_task(self._read_loop(self._ws))
+        hello = await asyncio.wait_for(self._hello_ready, self._open_timeout)
+        if self._reader is not None and not self._reader.done():
+            self._set_state("connected")
+        return hello
+
+    async def _start_supervisor(self, connect_kwargs: dict[str, Any]) -> codec.Hello:
+        if self._supervisor is not None:
+            raise RuntimeError("already started")
+        self._events()
+        loop = asyncio.get_running_loop()
+        self._closing = False
+        self._wake = asyncio.Event()
+        first: asyncio.Future[codec.Hello] = loop.create_future()
+        self._first_hello = first
+        self._supervisor = asyncio.create_task(self._supervise(dict(connect_kwargs)))
+        try:
+            return await asyncio.shield(first)
+        except asyncio.CancelledError:
+            await self.close()
+            raise
 
     async def close(self) -> None:
+        self._closing = True
+        if self._wake is not None:
+            self._wake.set()
         if self._ws is not None:
-            await self._ws.close()
+            with contextlib.suppress(Exception):
+                await self._ws.close()
+        sup = self._supervisor
+        if sup is not None and not sup.done():
+            try:  # a graceful end first; a supervisor inside a slow handshake is cancelled
+                await asyncio.wait_for(asyncio.shield(sup), 3.0)
+            except (TimeoutError, Exception):
+                sup.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await sup
         if self._reader is not None:
             self._reader.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._reader
+        self._set_state("closed")
 
     @property
     def connected(self) -> bool:
+        if self.reconnect:
+            return self.state == "connected"
         return self._reader is not None and not self._reader.done()
+
+    def _alive(self) -> bool:
+        """Anything more may still be rendered."""
+        if self.reconnect:
+            return self._supervisor is not None and not self._supervisor.done()
+        return self.connected
+
+    def _reset_connection(self) -> None:
+        """A new connection: its frames chain from its own snapshots. ``_shown`` (the glass)
+        and ``_prio_last`` are deliberately kept: versions on screen never go backwards."""
+        self._chain.clear()
+        self._resyncing.clear()
+        self._hello_at = None
+        self._conn_close = None
+
+    # -- the supervisor (reconnect=True) ------------------------------------------------------
+    async def _supervise(self, connect_kwargs: dict[str, Any]) -> None:
+        attempt = 0
+        try:
+            while not self._closing:
+                self._set_state("connecting")
+                hint_ms: int | None = None
+                retry_after: float | None = None
+                why = "error"
+                try:
+                    ws = await self._open(self._attempt_url(), connect_kwargs)
+                except websockets.InvalidURI:
+                    raise
+                except websockets.InvalidStatus as exc:
+                    status = exc.response.status_code
+                    retry_after = parse_retry_after(exc.response.headers.get("Retry-After"))
+                    if status == 503:
+                        self.stats.refused_503 += 1
+                        why = "503"
+                    elif status == 401:
+                        self.stats.refused_401 += 1
+                        why = "401"
+                    else:
+                        self.stats.connect_errors += 1
+                    self.stats.error_log.append(f"upgrade refused: HTTP {status}")
+                except Exception as exc:  # refused socket, timeout, handshake failure
+                    self.stats.connect_errors += 1
+                    self.stats.error_log.append(f"connect failed: {exc!r}")
+                else:
+                    if self._closing:
+                        with contextlib.suppress(Exception):
+                            await asyncio.wait_for(ws.close(), 2.0)
+                        break
+                    got_hello, uptime, hint_ms = await self._run_connection(ws)
+                    why = "close" if got_hello else "error"
+                    if got_hello and uptime >= self.stable_after_s:
+                        attempt = 0
+                finally:
+                    connect_kwargs.pop("sock", None)  # a socket serves one attempt only
+                if self._closing:
+                    break
+                delay = next_delay(
+                    attempt,
+                    hint_ms,
+                    retry_after,
+                    self.backoff_base_s,
+                    self.backoff_cap_s,
+                    self._rng,
+                    unauthorized=why == "401",
+                )
+                self.stats.backoff_history.append((attempt, delay, why))
+                attempt += 1
+                self.stats.backoff_attempt = attempt
+                self.stats.last_backoff_s = delay
+                self._set_state("backoff")
+                assert self._wake is not None
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), delay)
+        except Exception as exc:  # InvalidURI: a configuration error, retrying cannot help
+            self.stats.error_log.append(f"supervisor stopped: {exc!r}")
+            first = self._first_hello
+            if first is not None and not first.done():
+                first.set_exception(exc)
+        finally:
+            first = self._first_hello
+            if first is not None and not first.done():
+                first.set_exception(ConnectionError("client closed"))
+            self._set_state("closed")
+
+    async def _run_connection(self, ws: ClientConnection) -> tuple[bool, float, int | None]:
+        """Serve one connection to its end: (got a hello, seconds up, the close's hint)."""
+        loop = asyncio.get_running_loop()
+        hello_fut: asyncio.Future[codec.Hello] = loop.create_future()
+        self._hello_ready = hello_fut
+        self._reset_connection()
+        self._ws = ws
+        reader = asyncio.create_task(self._read_loop(ws))
+        self._reader = reader
+        got_hello = False
+        try:
+            try:
+                await asyncio.wait_for(asyncio.shield(hello_fut), self._open_timeout)
+                got_hello = True
+            except (TimeoutError, ConnectionError) as exc:
+                self.stats.connect_errors += 1
+                self.stats.error_log.append(f"no hello: {exc!r}")
+            if got_hello:
+                if not self._closing:
+                    await self._restore()
+                if not reader.done() and not self._closing:
+                    self._set_state("connected")
+                    first = self._first_hello
+                    if first is not None and not first.done():
+                        first.set_result(hello_fut.result())
+                if not self._closing:
+                    await asyncio.wait({reader})
+        finally:
+            self._ws = None
+            if not reader.done():
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(ws.close(), 2.0)
+                reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await reader
+            if hello_fut.done() and not hello_fut.cancelled():
+                hello_fut.exception()  # retrieved: a connection that died before its hello
+        uptime = time.monotonic() - self._hello_at if self._hello_at is not None else 0.0
+        hint_ms: int | None = None
+        if self._conn_close is not None:
+            hint_ms = self._conn_close.reconnect_after_ms
+        else:
+            hint_ms = hint_from_reason(ws.close_reason)
+        if not self._closing:
+            self.stats.closes += 1
+            self.stats.last_close_code = ws.close_code
+            self.stats.last_close_hint_ms = hint_ms
+            if hint_ms is not None:
+                self.stats.closes_with_hint += 1
+        return got_hello, uptime, hint_ms
+
+    async def _restore(self) -> None:
+        """Re-subscribe every held key (its snapshot re-hydrates the glass through the guard),
+        then re-apply priority. Keys the new dictionary does not know are dropped."""
+        unknown = [k for k in self._held if k not in self.ids]
+        for k in unknown:
+            self._held.pop(k, None)
+            self._prio.pop(k, None)
+        if unknown:
+            self.stats.error_log.append(f"dropped on reconnect (unknown): {unknown[:5]}")
+        try:
+            for chunk in _chunks(list(self._held), MAX_KEYS):
+                try:
+                    await self._request(functools.partial(_subscribe, chunk))
+                    self.stats.resubscribed += len(chunk)
+                except ServerError as exc:
+                    self.stats.error_log.append(f"re-subscribe refused: {exc}")
+            prio = [k for k in self._prio if k in self._held]
+            for chunk in _chunks(prio, MAX_PRIORITY_KEYS):
+                try:
+                    await self._request(functools.partial(_priority, chunk))
+                except ServerError as exc:
+                    self.stats.error_log.append(f"priority refused: {exc}")
+        except (ConnectionError, TimeoutError, websockets.ConnectionClosed) as exc:
+            self.stats.error_log.append(f"restore interrupted: {exc!r}")
 
     # -- requests -----------------------------------------------------------------------------
     async def _request(self, make: Callable[[int], Request], timeout: float = 10.0) -> codec.Ack:
         if self._ws is None:
+            if self.reconnect:
+                raise NotConnectedError("not connected (restored on the next connection)")
             raise RuntimeError("not connected")
         req = next(self._req)
         fut: asyncio.Future[codec.Ack] = asyncio.get_running_loop().create_future()
@@ -161,24 +586,54 @@ class TerminalClient:
 
     async def subscribe(self, keys: Iterable[str]) -> codec.Ack:
         keys = list(keys)
-        return await self._request(lambda r: Subscribe(req=r, keys=keys))
+        new = [k for k in keys if k not in self._held]
+        for k in keys:
+            self._held[k] = None
+        try:
+            return await self._request(lambda r: Subscribe(req=r, keys=keys))
+        except ServerError:
+            for k in new:  # refused whole: nothing of it is held
+                self._held.pop(k, None)
+            raise
 
     async def unsubscribe(self, keys: Iterable[str]) -> codec.Ack:
         keys = list(keys)
         for k in keys:
             self.view.pop(k, None)
+            self._held.pop(k, None)
+            self._prio.pop(k, None)
         return await self._request(lambda r: Unsubscribe(req=r, keys=keys))
 
     async def set_priority(self, keys: Iterable[str], on: bool = True) -> codec.Ack:
         keys = list(keys)
-        return await self._request(lambda r: SetPriority(req=r, keys=keys, on=on))
+        before = dict(self._prio)
+        for k in keys:
+            if on:
+                self._prio[k] = None
+            else:
+                self._prio.pop(k, None)
+        try:
+            return await self._request(lambda r: SetPriority(req=r, keys=keys, on=on))
+        except ServerError:
+            self._prio = before
+            raise
+
+    @property
+    def held_keys(self) -> list[str]:
+        """The keys this client holds (restored on reconnect), in subscription order."""
+        return list(self._held)
+
+    @property
+    def priority_keys(self) -> list[str]:
+        return list(self._prio)
 
     async def updates(self) -> AsyncIterator[Quote]:
-        """Every rendered quote, in render order (bounded: overflow drops the oldest)."""
+        """Every rendered quote, in render order (bounded: overflow drops the oldest). With
+        ``reconnect=True`` it spans reconnects and ends only after ``close()``."""
         if self._queue is None:
             self._queue = asyncio.Queue(self._queue_size)
         while True:
-            if self._queue.empty() and not self.connected:
+            if self._queue.empty() and not self._alive():
                 return
             try:
                 yield await asyncio.wait_for(self._queue.get(), 0.5)
@@ -186,10 +641,9 @@ class TerminalClient:
                 continue
 
     # -- receiving ----------------------------------------------------------------------------
-    async def _read_loop(self) -> None:
-        assert self._ws is not None
+    async def _read_loop(self, ws: ClientConnection) -> None:
         try:
-            async for message in self._ws:
+            async for message in ws:
                 if isinstance(message, str):
                     self.stats.errors += 1
                     continue
@@ -208,11 +662,17 @@ class TerminalClient:
                     fut.set_exception(ConnectionError("connection closed"))
             if self._hello_ready is not None and not self._hello_ready.done():
                 self._hello_ready.set_exception(ConnectionError("closed before hello"))
+            if not self.reconnect:
+                self._set_state("closed")
 
     def _on_message(self, msg: codec.ServerMessage) -> None:
         if isinstance(msg, codec.Frame):
             self.stats.frames += 1
             self.stats.last_frame_no = msg.frame_no
+            if self._hello_at is not None and self.stats.first_frame_seconds is None:
+                took = time.monotonic() - self._hello_at
+                self.stats.first_frame_seconds = took
+                self.stats.first_frame_seconds_history.append(took)
             for rec in msg.records:
                 self._on_chain_record(rec, SOURCE_FRAME)
         elif isinstance(msg, codec.PriorityUpdate):
@@ -240,13 +700,42 @@ class TerminalClient:
             if fut is not None and not fut.done():
                 fut.set_exception(ServerError(msg))
         elif isinstance(msg, codec.Hello):
-            self.hello = msg
-            self.instruments = {i.iid: i for i in msg.instruments}
-            self.ids = {i.key: i.iid for i in msg.instruments}
-            if self._hello_ready is not None and not self._hello_ready.done():
-                self._hello_ready.set_result(msg)
+            self._on_hello(msg)
         elif isinstance(msg, codec.Close):
             self.close_message = msg
+            self._conn_close = msg
+
+    def _on_hello(self, msg: codec.Hello) -> None:
+        now = time.monotonic()
+        old_ids = self.ids
+        self.hello = msg
+        self.instruments = {i.iid: i for i in msg.instruments}
+        self.ids = {i.key: i.iid for i in msg.instruments}
+        if old_ids and old_ids != self.ids:
+            self._remap_guards(old_ids)
+        self._hello_at = now
+        self.stats.connects += 1
+        if self.stats.connects > 1:
+            self.stats.reconnects += 1
+        took = now - self._attempt_started
+        self.stats.connect_seconds = took
+        self.stats.connect_seconds_history.append(took)
+        self.stats.first_frame_seconds = None
+        if self._hello_ready is not None and not self._hello_ready.done():
+            self._hello_ready.set_result(msg)
+
+    def _remap_guards(self, old_ids: dict[str, int]) -> None:
+        """Another node's dictionary may number symbols differently: carry what is on screen
+        over by key, so the guard still holds across the reconnect."""
+        for name in ("_shown", "_prio_last"):
+            old: VersionGuard = getattr(self, name)
+            new = VersionGuard()
+            for key, old_iid in old_ids.items():
+                held = old.held(old_iid)
+                new_iid = self.ids.get(key)
+                if held is not None and new_iid is not None:
+                    new.check(new_iid, held)
+            setattr(self, name, new)
 
     def _on_chain_record(self, rec: codec.Record, source: str) -> None:
         self.stats.records += 1
@@ -277,9 +766,16 @@ class TerminalClient:
         if inst is not None and self._ws is not None:
             req = next(self._req)
             with contextlib.suppress(Exception):
-                asyncio.get_running_loop().create_task(
+                task = asyncio.get_running_loop().create_task(
                     self._ws.send(encode_request(Subscribe(req=req, keys=[inst.key])))
                 )
+                self._bg.add(task)
+                task.add_done_callback(self._bg_done)
+
+    def _bg_done(self, task: asyncio.Task[Any]) -> None:
+        self._bg.discard(task)
+        if not task.cancelled():
+            task.exception()  # a send on a closing socket: the reconnect restores it
 
     def _render(
         self, iid: int, version: Version, bid: int, ask: int, last: int, size: int, source: str

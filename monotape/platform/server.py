@@ -209,7 +209,7 @@ class FanoutServer:
                 with contextlib.suppress(ConnectionClosed, RuntimeError):
                     waiters.append(await conn.ws.ping())
             for waiter in waiters:
-                with contextlib.suppress(TimeoutError, ConnectionClosed, asyncio.CancelledError):
+                with contextlib.suppress(TimeoutError, ConnectionClosed):
                     rtt_s = await asyncio.wait_for(waiter, self.cfg.glass_interval_s)
                     self._glass.record_ns(int(rtt_s * 1e9) // 2)
 
@@ -236,7 +236,7 @@ class FanoutServer:
 
     async def _run_drain(self, drain: Drain) -> None:
         last_log = self.clock.now_ns()
-        while not drain.done:
+        while True:
             for cid, hint in drain.step(self.clock.now_ns()):
                 conn = self.connections.get(cid)
                 if conn is None or conn.closing:
@@ -245,15 +245,18 @@ class FanoutServer:
                 self._background(
                     self._close(conn, CLOSE_GOING_AWAY, "drain", reconnect_after_ms=hint)
                 )
+            if drain.done:
+                break
             now = self.clock.now_ns()
             if now - last_log >= 1_000_000_000:
                 last_log = now
                 log_event("drain_progress", closed=drain.closed, remaining=drain.remaining)
             await asyncio.sleep(drain.interval_ns / 1e9)
+        drain.finished_ns = self.clock.now_ns()
         log_event(
             "drain_complete",
             closed=drain.closed,
-            seconds=round((self.clock.now_ns() - drain.started_ns) / 1e9, 3),
+            seconds=round((drain.finished_ns - drain.started_ns) / 1e9, 3),
         )
 
     async def wait_drained(self, timeout_s: float) -> bool:
@@ -278,25 +281,27 @@ class FanoutServer:
             "remaining": d.remaining,
             "per_step": d.batch,
             "interval_s": d.interval_ns / 1e9,
-            "elapsed_s": round((self.clock.now_ns() - d.started_ns) / 1e9, 3),
+            "elapsed_s": round(((d.finished_ns or self.clock.now_ns()) - d.started_ns) / 1e9, 3),
             "expected_s": d.expected_duration_ns() / 1e9,
             "connections": len(self.connections),
         }
 
     async def stop(self, reason: str = "server_shutdown") -> None:
-        """Close every terminal with a going-away code and a reconnect hint, then stop listening."""
-        closing = []
-        for conn in list(self.connections.values()):
-            conn.close_reason = reason
-            closing.append(self._close(conn, CLOSE_GOING_AWAY, reason, reconnect_after_ms=1000))
-        if closing:
-            await asyncio.gather(*closing, return_exceptions=True)
-        for conn_id in list(self.connections):
-            self.teardown(conn_id, reason)
+        """Stop accepting, close every terminal with a going-away code and a reconnect hint
+        (a close already under way keeps its own reason), then finish the listener."""
+        if self._server is not None:
+            self._server.close(close_connections=False)  # no new terminals from here on
         if self._drain_task is not None:
             self._drain_task.cancel()
+        closing = []
+        for conn in list(self.connections.values()):
+            if not conn.close_reason:
+                conn.close_reason = reason
+                closing.append(self._close(conn, CLOSE_GOING_AWAY, reason, reconnect_after_ms=1000))
+        await asyncio.gather(*closing, *self._tasks, return_exceptions=True)
+        for conn_id, left in list(self.connections.items()):
+            self.teardown(conn_id, left.close_reason or reason)
         if self._server is not None:
-            self._server.close()
             await self._server.wait_closed()
 
     # -- the one way out -------------------------------------------------------------------
@@ -385,7 +390,7 @@ class FanoutServer:
         self.stats.connections_total += 1
         reason = "closed"
         try:
-            self._deliver(conn, self._hello)
+            self._answer(conn, self._hello)
             async for message in ws:
                 if conn_id not in self.connections:
                     break  # torn down under us (write error, kick): queued requests are moot
@@ -420,6 +425,16 @@ class FanoutServer:
         except (TimeoutError, ConnectionClosed, OSError):
             conn.transport.abort()
 
+    def _answer(self, conn: Connection, wire: bytes) -> None:
+        """Hello, acks and errors: in order among themselves, never dropped with the data."""
+        if conn.closing or conn.ws.protocol.state is not State.OPEN:
+            return
+        try:
+            if not conn.deliver_control(wire):
+                self._behind.add(conn.conn_id)
+        except WriteFailed:
+            self.teardown(conn.conn_id, "slow_consumer")
+
     def _deliver(self, conn: Connection, wire: bytes) -> bool:
         """True when the bytes went to the kernel now (False: queued, or not deliverable)."""
         if conn.closing or conn.ws.protocol.state is not State.OPEN:
@@ -438,7 +453,7 @@ class FanoutServer:
     def _error(self, conn: Connection, code: ErrorCode, message: str, req: int) -> None:
         self.stats.request_errors[code.name] += 1
         conn.request_errors += 1
-        self._deliver(conn, codec.ws_binary_frame(codec.encode_error(code, message, req)))
+        self._answer(conn, codec.ws_binary_frame(codec.encode_error(code, message, req)))
 
     def _rate_ok(self, conn: Connection) -> bool:
         now = self.clock.now_ns()
@@ -534,7 +549,7 @@ class FanoutServer:
         ack = codec.encode_ack(
             request.req, len(self.index.subscriptions(cid)), len(self.index.priority(cid))
         )
-        self._deliver(conn, codec.ws_binary_frame(ack))
+        self._answer(conn, codec.ws_binary_frame(ack))
 
     # -- the fan-out ---------------------------------------------------------------------------
     def publish_frame(self, frame: Frame) -> int:
