@@ -28,6 +28,7 @@ unit: $(STAMP)
 test: lint typecheck unit
 
 bench: $(STAMP)
+	-npm ci --prefix bench/node --no-audit --no-fund --silent  # the Node peers; rows say "skipped" without it
 	$(PY) -m bench $(ARGS)
 
 # Not in CI: hours of churn against `monotape run`, then a PASS/FAIL verdict (docs/soak.md).

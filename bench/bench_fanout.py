@@ -38,6 +38,7 @@ import contextlib
 import json
 import os
 import queue
+import shutil
 import statistics
 import subprocess
 import sys
@@ -58,7 +59,13 @@ ROOT = Path(__file__).resolve().parent.parent
 FRAME_NS = 40_000_000
 SEED = 1
 CHANGE_SHARE = 0.25  # of the instruments change in each frame
-VARIANTS = ("naive", "monotape", "floor")
+PY_VARIANTS = ("naive", "monotape", "floor")
+NODE_VARIANTS = {"node-ws-json": "json", "node-ws-shared": "shared"}  # bench/node/server.js
+VARIANTS = ("naive", "node-ws-json", "node-ws-shared", "monotape", "floor")
+FULL_CONNECTIONS = (1000, 4200, 6000)
+QUICK_CONNECTIONS = (200,)
+NODE_DIR = ROOT / "bench" / "node"
+NODE_SKIPPED = "skipped: node/ws not installed (npm ci --prefix bench/node)"
 SERVER_CPU, CLIENT_CPU = 0, 1
 TARGET_US = 5.0
 CLIENT_BOUND = 0.90  # client CPU above this share of its core: the client may be the bottleneck
@@ -366,15 +373,13 @@ class _Floor(_WsBench):
 
 
 async def _serve(args: argparse.Namespace) -> None:
-    import psutil
-
-    frames_needed = int((args.warmup + args.seconds + 2.0) * 1e9 / FRAME_NS)
+    needed = frames_needed(args.seconds, args.warmup)
     cls: Callable[[int, int], _Bench] = {
         "naive": _Naive,
         "monotape": _Monotape,
         "floor": _Floor,
     }[args.variant]
-    bench = cls(args.connections, frames_needed)
+    bench = cls(args.connections, needed)
     port = await bench.start()
     _emit({"port": port})
     deadline = time.monotonic() + args.setup_timeout
@@ -399,15 +404,14 @@ async def _serve(args: argparse.Namespace) -> None:
             await bench.step(boundary)
 
     task = asyncio.create_task(frames())
-    proc = psutil.Process()
     await asyncio.sleep(max(0.0, t_start - time.monotonic()))
-    c0 = proc.cpu_times()
+    c0 = time.process_time()  # every thread, ns resolution (psutil's times are 10 ms ticks)
     w0 = time.monotonic()
     d0, b0 = bench.delivered()
     n0, late0 = bench.next, late
     bench.measuring = True
     await asyncio.sleep(max(0.0, t_end - time.monotonic()))
-    c1 = proc.cpu_times()
+    c1 = time.process_time()
     w1 = time.monotonic()
     d1, b1 = bench.delivered()
     n1, late1 = bench.next, late
@@ -418,7 +422,7 @@ async def _serve(args: argparse.Namespace) -> None:
             "variant": args.variant,
             "connections": args.connections,
             "subscribed": subscribed,
-            "cpu_s": (c1.user + c1.system) - (c0.user + c0.system),
+            "cpu_s": c1 - c0,
             "wall_s": w1 - w0,
             "delivered": d1 - d0,
             "bytes": b1 - b0,
@@ -598,13 +602,15 @@ async def _client(args: argparse.Namespace) -> None:
             "wall_s": w1 - w0,
         }
     )
+    # Stay connected a little: the server's window must not end in a storm of closes.
+    await asyncio.sleep(0.5)
     os._exit(0)
 
 
 def _child_main(argv: list[str]) -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--role", choices=("server", "client"), required=True)
-    p.add_argument("--variant", choices=VARIANTS, default="monotape")
+    p.add_argument("--variant", choices=PY_VARIANTS, default="monotape")
     p.add_argument("--connections", type=int, default=1000)
     p.add_argument("--seconds", type=float, default=10.0)
     p.add_argument("--warmup", type=float, default=3.0)
@@ -673,34 +679,118 @@ def _tail(path: str, n: int = 1500) -> str:
         return ""
 
 
+def node_available() -> bool:
+    """``node`` on PATH and ``npm ci --prefix bench/node`` done (ws and @msgpack/msgpack)."""
+    modules = NODE_DIR / "node_modules"
+    return (
+        shutil.which("node") is not None
+        and (modules / "ws" / "package.json").is_file()
+        and (modules / "@msgpack" / "msgpack" / "package.json").is_file()
+    )
+
+
+def frames_needed(seconds: float, warmup: float) -> int:
+    return int((warmup + seconds + 2.0) * 1e9 / FRAME_NS)
+
+
+def write_node_workload(path: str, frames: int) -> None:
+    """The workload for bench/node/server.js: the same instruments and, frame for frame, the same
+    ticks a Python server steps through (``Workload.initial()`` first, as ``_Bench`` does, so the
+    random stream matches). Watchlists are not written: the node server learns each one from the
+    client's Subscribe, like the Python servers. Ticks are [iid, seq, bid, ask, last, size]
+    (scaled integers; epoch is 1). The ticks do not depend on the connection count."""
+    work = Workload(1)
+    work.initial()
+    out = {
+        "keys": work.keys,
+        "decimals": [inst.price_decimals for inst in work.universe],
+        "frames": [
+            [[t.iid, t.seq, t.bid, t.ask, t.last, t.size] for t in work.next_frame()]
+            for _ in range(frames)
+        ],
+    }
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(out, f, separators=(",", ":"))
+
+
+def _pin_server() -> None:  # in the forked child, before exec: node's threads inherit it
+    pin_to_cpu(SERVER_CPU)
+
+
+def _schedstat(pid: int) -> tuple[float, float]:
+    """(CPU s, run-queue wait s) of a process's main thread, from /proc/PID/schedstat."""
+    try:
+        with open(f"/proc/{pid}/schedstat", encoding="ascii") as f:
+            run_ns, wait_ns = f.read().split()[:2]
+        return int(run_ns) / 1e9, int(wait_ns) / 1e9
+    except (OSError, ValueError):
+        return 0.0, 0.0
+
+
+def _sample_window(window: list[float], server: int, client: int) -> tuple[float, float, float]:
+    """From outside, over the measurement window: the server's CPU (psutil on its pid, every
+    thread: a cross-check of what the server reports) and the time the server's and the client's
+    main threads spent runnable but waiting for their CPU (other load on a shared machine)."""
+    import psutil
+
+    t_start, t_end = window
+    time.sleep(max(0.0, t_start - time.monotonic()))
+    try:
+        ps = psutil.Process(server)
+        c0 = ps.cpu_times()
+        s0, k0 = _schedstat(server), _schedstat(client)
+        time.sleep(max(0.0, t_end - time.monotonic() - 0.05))
+        c1 = ps.cpu_times()
+        s1, k1 = _schedstat(server), _schedstat(client)
+    except psutil.Error:
+        return 0.0, 0.0, 0.0
+    cpu = (c1.user + c1.system) - (c0.user + c0.system)
+    return cpu, s1[1] - s0[1], k1[1] - k0[1]
+
+
 def measure_once(
-    variant: str, connections: int, seconds: float, warmup: float, pin: bool = True
+    variant: str,
+    connections: int,
+    seconds: float,
+    warmup: float,
+    pin: bool = True,
+    node_workload: str | None = None,
 ) -> dict[str, Any]:
-    """One server process + one client process; returns the server's and the client's figures."""
+    """One server process + one client process; returns the server's and the client's figures.
+
+    Node variants need ``node_workload`` (a file from ``write_node_workload``)."""
     common = ["--connections", str(connections), "--seconds", str(seconds)]
-    common += ["--warmup", str(warmup)] + ([] if pin else ["--no-pin"])
+    py_common = [*common, "--warmup", str(warmup)] + ([] if pin else ["--no-pin"])
     cmd = [sys.executable, "-m", "bench.bench_fanout"]
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     setup_timeout = 30.0 + connections / 50
     extra = ["--setup-timeout", str(setup_timeout)]
+    if variant in NODE_VARIANTS:
+        if node_workload is None:
+            raise ValueError(f"{variant} needs a workload file")
+        server_cmd = ["node", str(NODE_DIR / "server.js"), "--variant", NODE_VARIANTS[variant]]
+        server_cmd += ["--workload", node_workload, *common, "--warmup", str(warmup), *extra]
+    else:
+        server_cmd = [*cmd, "--role", "server", "--variant", variant, *py_common, *extra]
     with tempfile.TemporaryDirectory() as tmp:
         s_err, c_err = os.path.join(tmp, "server.err"), os.path.join(tmp, "client.err")
         with open(s_err, "w") as se, open(c_err, "w") as ce:
             server = subprocess.Popen(
-                [*cmd, "--role", "server", "--variant", variant, *common, *extra],
+                server_cmd,
                 stdout=subprocess.PIPE,
                 stderr=se,
                 stdin=subprocess.DEVNULL,
                 text=True,
                 cwd=ROOT,
                 env=env,
+                preexec_fn=_pin_server if pin and variant in NODE_VARIANTS else None,
             )
             client: subprocess.Popen[str] | None = None
             try:
                 s_lines = _Lines(server)
                 port = s_lines.json(60.0, "server port")["port"]
                 client = subprocess.Popen(
-                    [*cmd, "--role", "client", "--port", str(port), *common],
+                    [*cmd, "--role", "client", "--port", str(port), *py_common],
                     stdout=subprocess.PIPE,
                     stderr=ce,
                     stdin=subprocess.PIPE,
@@ -713,6 +803,7 @@ def measure_once(
                 assert client.stdin is not None
                 client.stdin.write(json.dumps(window) + "\n")
                 client.stdin.flush()
+                sched = _sample_window(window["window"], server.pid, client.pid)
                 budget = warmup + seconds + 30.0
                 srv = s_lines.json(budget, "server result")
                 cli = c_lines.json(budget, "client result")
@@ -731,6 +822,7 @@ def measure_once(
                         p.kill()
                         p.wait()
     srv["subscribed_at_start"] = window.get("subscribed")
+    srv["psutil_cpu_s"], srv["runq_s"], cli["runq_s"] = sched
     return {"server": srv, "client": cli}
 
 
@@ -740,6 +832,8 @@ def _summarize(name: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
     client_fps = [r["client"]["msgs"] / r["client"]["wall_s"] for r in runs]
     srv_core = [r["server"]["cpu_s"] / r["server"]["wall_s"] for r in runs]
     cli_core = [r["client"]["cpu_s"] / r["client"]["wall_s"] for r in runs]
+    srv_wait = [r["server"].get("runq_s", 0.0) / r["server"]["wall_s"] for r in runs]
+    cli_wait = [r["client"].get("runq_s", 0.0) / r["client"]["wall_s"] for r in runs]
     feed_us = [r["server"]["feed_s"] * 1e6 / max(1, r["server"]["delivered"]) for r in runs]
     fan_us = [r["server"]["fanout_s"] * 1e6 / max(1, r["server"]["delivered"]) for r in runs]
     payload = [r["server"]["bytes"] / max(1, r["server"]["delivered"]) for r in runs]
@@ -750,49 +844,47 @@ def _summarize(name: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
         "client_fps": statistics.median(client_fps),
         "server_core": max(srv_core),
         "client_core": max(cli_core),
+        "server_wait": max(srv_wait),
+        "client_wait": max(cli_wait),
         "feed_us": statistics.median(feed_us),
         "fan_us": statistics.median(fan_us),
         "payload": statistics.median(payload),
         "late": max(r["server"]["late_frames"] for r in runs),
         "subscribed": min(r["server"]["subscribed"] for r in runs),
         "connected": min(r["client"]["connected"] for r in runs),
+        "groups": max(int(r["server"].get("groups", 0)) for r in runs),
     }
 
 
-def run(
-    quick: bool = False,
-    *,
-    connections: int | None = None,
-    seconds: float | None = None,
-    warmup: float | None = None,
-    runs: int | None = None,
-    progress: Callable[[str], None] | None = None,
+def _skipped(benchmark: str, variant: str, unit: str) -> dict[str, Any]:
+    return {
+        "benchmark": benchmark,
+        "variant": variant,
+        "value": None,
+        "unit": unit,
+        "min": None,
+        "max": None,
+        "ratio": None,
+        "peer": "",
+        "note": NODE_SKIPPED,
+    }
+
+
+def _rows(
+    conns: int,
+    where: str,
+    summary: dict[str, dict[str, Any]],
+    skipped: list[str],
 ) -> list[dict[str, Any]]:
-    conns = connections or (200 if quick else 1000)
-    secs = seconds or (3.0 if quick else 10.0)
-    warm = warmup if warmup is not None else (1.0 if quick else 3.0)
-    repeats = runs or (1 if quick else 3)
-    pin = len(os.sched_getaffinity(0)) >= 2 if hasattr(os, "sched_getaffinity") else False
-    raise_nofile()
-    results: dict[str, list[dict[str, Any]]] = {v: [] for v in VARIANTS}
-    for i in range(repeats):  # interleaved, so drift on a shared machine hits every variant
-        for v in VARIANTS:
-            r = measure_once(v, conns, secs, warm, pin)
-            results[v].append(r)
-            if progress:
-                s = r["server"]
-                progress(
-                    f"fanout run {i + 1}/{repeats} {v}: "
-                    f"{s['cpu_s'] * 1e6 / max(1, s['delivered']):.2f} µs/frame, "
-                    f"{s['delivered'] / s['wall_s']:,.0f} frames/s, client saw "
-                    f"{r['client']['msgs'] / r['client']['wall_s']:,.0f}/s, client CPU "
-                    f"{r['client']['cpu_s'] / r['client']['wall_s']:.0%}"
-                )
-    summary = {v: _summarize(v, results[v]) for v in VARIANTS}
+    at = f" @ {conns:,} conns"
     naive, floor = summary["naive"]["us"][0], summary["floor"]["us"][0]
-    where = f"{conns:,} conns, {secs:g} s window after {warm:g} s warm-up, {repeats} run(s)"
+    demand = conns * 1e9 / FRAME_NS
     out: list[dict[str, Any]] = []
-    for v in VARIANTS:
+    shown = [v for v in VARIANTS if v in summary or v in skipped]
+    for v in shown:
+        if v in skipped:
+            out.append(_skipped("fanout CPU per delivered frame" + at, v, "µs/frame"))
+            continue
         s = summary[v]
         med, lo, hi = s["us"]
         bound = s["client_core"] > CLIENT_BOUND
@@ -800,25 +892,33 @@ def run(
             where if v == "naive" else "",
             f"server CPU {s['server_core']:.0%} of its core",
             f"client CPU {s['client_core']:.0%}" + (" (CLIENT-BOUND)" if bound else ""),
+            f"{med / floor:.2f}x floor" if v != "floor" and floor else "",
             f"{s['payload']:.0f} B/frame",
         ]
+        if s["server_wait"] > 0.05 or s["client_wait"] > 0.05:
+            parts.append(
+                f"run-queue wait server {s['server_wait']:.0%}, client {s['client_wait']:.0%}"
+            )
         if s["subscribed"] < conns or s["connected"] < conns:
             parts.append(f"only {min(s['subscribed'], s['connected'])} connections subscribed")
         if s["late"]:
             parts.append(f"{s['late']} frames > 40 ms late")
         if v == "monotape":
-            parts.append(f"{med / floor:.2f}x floor")
             parts.append(f"target <= {TARGET_US:g} µs: {'met' if med <= TARGET_US else 'NOT met'}")
             parts.append(
                 f"of which sequencer {s['feed_us']:.2f} µs, publish_frame {s['fan_us']:.2f} µs"
             )
         elif v == "naive":
             parts.append(f"encode+send loop {s['fan_us']:.2f} µs")
+        elif v == "node-ws-json":
+            parts.append(f"step (process CPU) {s['fan_us']:.2f} µs")
+        elif v == "node-ws-shared":
+            parts.append(f"{s['groups']} watchlist groups; step (process CPU) {s['fan_us']:.2f} µs")
         else:
             parts.append(f"write loop {s['fan_us']:.2f} µs")
         out.append(
             row(
-                "fanout CPU per delivered frame",
+                "fanout CPU per delivered frame" + at,
                 v,
                 med,
                 "µs/frame",
@@ -830,12 +930,15 @@ def run(
             )
         )
     naive_fps = summary["naive"]["fps"][0]
-    for v in VARIANTS:
+    for v in shown:
+        if v in skipped:
+            out.append(_skipped("fanout delivered frames/s" + at, v, "frames/s"))
+            continue
         s = summary[v]
         med, lo, hi = s["fps"]
         out.append(
             row(
-                "fanout delivered frames/s",
+                "fanout delivered frames/s" + at,
                 v,
                 med,
                 "frames/s",
@@ -843,9 +946,66 @@ def run(
                 hi=hi,
                 ratio=med / naive_fps if naive_fps else None,
                 peer="naive",
-                note=f"client counted {s['client_fps']:,.0f}/s",
+                note=f"client counted {s['client_fps']:,.0f}/s; 25 Hz demand {demand:,.0f}/s",
             )
         )
+    return out
+
+
+def run(
+    quick: bool = False,
+    *,
+    connections: int | None = None,
+    seconds: float | None = None,
+    warmup: float | None = None,
+    runs: int | None = None,
+    variants: tuple[str, ...] | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> list[dict[str, Any]]:
+    """Rows per connection count (full: 1,000 / 4,200 / 6,000; quick: 200; or ``connections``).
+
+    ``variants`` defaults to all; naive and floor always run (they are the peers). The node
+    variants need ``node`` and ``npm ci --prefix bench/node``; without them their rows say
+    skipped."""
+    counts = (connections,) if connections else (QUICK_CONNECTIONS if quick else FULL_CONNECTIONS)
+    secs = seconds or (3.0 if quick else 8.0)
+    warm = warmup if warmup is not None else (1.0 if quick else 2.0)
+    repeats = runs or (1 if quick else 3)
+    pin = len(os.sched_getaffinity(0)) >= 2 if hasattr(os, "sched_getaffinity") else False
+    raise_nofile()
+    wanted = set(variants or VARIANTS) | {"naive", "floor"}
+    skipped = [v for v in NODE_VARIANTS if v in wanted and not node_available()]
+    active = [v for v in VARIANTS if v in wanted and v not in skipped]
+    shown = [v for v in VARIANTS if v in wanted]
+    out: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="fanout-node-") as tmp:
+        node_workload = None
+        if any(v in NODE_VARIANTS for v in active):
+            node_workload = os.path.join(tmp, "workload.json")
+            write_node_workload(node_workload, frames_needed(secs, warm))
+        for conns in counts:
+            results: dict[str, list[dict[str, Any]]] = {v: [] for v in active}
+            for i in range(repeats):  # interleaved, so drift on a shared machine hits every one
+                for v in active:
+                    r = measure_once(v, conns, secs, warm, pin, node_workload)
+                    results[v].append(r)
+                    if progress:
+                        s, c = r["server"], r["client"]
+                        progress(
+                            f"fanout {conns} conns run {i + 1}/{repeats} {v}: "
+                            f"{s['cpu_s'] * 1e6 / max(1, s['delivered']):.2f} µs/frame, "
+                            f"{s['delivered'] / s['wall_s']:,.0f} frames/s, client saw "
+                            f"{c['msgs'] / c['wall_s']:,.0f}/s, server CPU "
+                            f"{s['cpu_s'] / s['wall_s']:.0%} (psutil "
+                            f"{s['psutil_cpu_s'] / s['wall_s']:.0%}), client CPU "
+                            f"{c['cpu_s'] / c['wall_s']:.0%}, run-queue wait server "
+                            f"{s['runq_s'] / s['wall_s']:.0%} "
+                            f"client {c['runq_s'] / c['wall_s']:.0%}"
+                        )
+            summary = {v: _summarize(v, results[v]) for v in active}
+            where = f"{conns:,} conns, {secs:g} s window after {warm:g} s warm-up, {repeats} run(s)"
+            rows = _rows(conns, where, summary, skipped)
+            out += [r for r in rows if r["variant"] in shown]
     return out
 
 
@@ -856,6 +1016,7 @@ def main(argv: list[str]) -> None:
     p.add_argument("--seconds", type=float)
     p.add_argument("--warmup", type=float)
     p.add_argument("--runs", type=int)
+    p.add_argument("--variants", nargs="*", choices=VARIANTS)
     args = p.parse_args(argv)
     rows = run(
         args.quick,
@@ -863,11 +1024,15 @@ def main(argv: list[str]) -> None:
         seconds=args.seconds,
         warmup=args.warmup,
         runs=args.runs,
+        variants=tuple(args.variants) if args.variants else None,
         progress=lambda m: print(m, file=sys.stderr, flush=True),
     )
     for r in rows:
+        if r["value"] is None:
+            print(f"{r['benchmark']:44} {r['variant']:>14} {r['note']}")
+            continue
         print(
-            f"{r['variant']:>9} {r['value']:10.2f} {r['unit']:9} "
+            f"{r['benchmark']:44} {r['variant']:>14} {r['value']:10.2f} {r['unit']:9} "
             f"[{r['min']:.2f}-{r['max']:.2f}] x{(r['ratio'] or 0):.2f}  {r['note']}"
         )
 

@@ -77,7 +77,7 @@ async def _run(cfg: Config, duration: float | None) -> int:
             await node.wait()
     finally:
         await node.stop()
-    return 0
+    return 1 if node.failed else 0
 
 
 def cmd_run(args: argparse.Namespace) -> int:

@@ -86,3 +86,33 @@ def test_glass_cohort_is_about_the_share(share: float) -> None:
 
     n = sum(_sampled(i, share) for i in range(1, 100_001))
     assert abs(n - share * 100_000) < share * 100_000 * 0.2
+
+
+async def test_admin_api_fails_closed_without_auth(tmp_path: Path) -> None:
+    import urllib.error
+    import urllib.request
+
+    cfg = load_config(
+        overrides={
+            "data_dir": str(tmp_path),
+            "server.ws_port": 0,
+            "server.admin_port": 0,
+            "auth.enabled": False,
+            "simulator.rate": 500,
+        }
+    )
+    node = Node(cfg)
+    await node.start()
+    try:
+
+        def get(path: str) -> int:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{node.admin_port}{path}") as r:
+                    return int(r.status)
+            except urllib.error.HTTPError as exc:
+                return exc.code
+
+        assert await asyncio.to_thread(get, "/admin/feeds") == 403
+        assert await asyncio.to_thread(get, "/healthz") == 200
+    finally:
+        await node.stop()

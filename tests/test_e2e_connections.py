@@ -63,6 +63,11 @@ async def test_slow_consumer_is_bounded_gets_a_snapshot_and_others_keep_their_ra
     await slow.subscribe(hot)
     await asyncio.sleep(1.0)
     assert slow._ws is not None
+    # The other terminal's frame rate before the stall, to compare with its rate during it.
+    frames_before = normal.stats.frames
+    t_before = time.monotonic()
+    await asyncio.sleep(2.0)
+    rate_before = (normal.stats.frames - frames_before) / (time.monotonic() - t_before)
     frames_before = normal.stats.frames
     t0 = time.monotonic()
     slow._ws.transport.pause_reading()
@@ -83,8 +88,8 @@ async def test_slow_consumer_is_bounded_gets_a_snapshot_and_others_keep_their_ra
     assert slow.stats.gaps == 0, "a delta was applied on a stale base"
     assert slow.stats.regressions == 0
     assert slow.connected
-    # The other terminal kept its 25 Hz (a frame every 40 ms) while the slow one stalled.
-    assert normal_rate >= 20, f"normal terminal fell to {normal_rate:.1f} frames/s"
+    # The other terminal kept its rate (25 Hz: a frame every 40 ms) while the slow one stalled.
+    assert normal_rate >= 0.8 * rate_before, f"{normal_rate:.1f} vs {rate_before:.1f} frames/s"
     assert normal.stats.regressions == 0
     await slow.close()
     await normal.close()
@@ -99,10 +104,17 @@ async def test_priority_updates_arrive_between_frame_boundaries(server_factory: 
     client = TerminalClient(server.url, on_render=clock.on_render)
     await client.connect()
     original = client._on_message
+    # (arrival time, "P" or "F", {iid: version}) for every priority update and frame, in order
+    events: list[tuple[float, str, dict[int, tuple[int, int]]]] = []
 
     def spy(msg: codec.ServerMessage) -> None:
         if isinstance(msg, codec.Frame):
             frame_times.append(time.monotonic())
+            versions = {r.iid: (r.epoch, r.seq) for r in msg.records}
+            events.append((frame_times[-1], "F", versions))
+        elif isinstance(msg, codec.PriorityUpdate):
+            r = msg.record
+            events.append((time.monotonic(), "P", {r.iid: (r.epoch, r.seq)}))
         original(msg)
 
     client._on_message = spy  # type: ignore[method-assign]
@@ -112,13 +124,22 @@ async def test_priority_updates_arrive_between_frame_boundaries(server_factory: 
     await client.close()
 
     assert len(clock.priority) >= 20, "too few priority updates to judge"
-    # Time from each priority update to the next frame: were they conflated, it would be ~0.
+    # Ordering, not speed: every priority update arrives before any frame that carries its
+    # symbol at that version or later; conflated, it would arrive with (or after) that frame.
+    for i, (_, kind, versions) in enumerate(events):
+        if kind != "P":
+            continue
+        ((iid, version),) = versions.items()
+        earlier = [v[iid] for _, k, v in events[:i] if k == "F" and iid in v]
+        assert all(v < version for v in earlier), "a frame carried it before the priority path"
+    # And it is not a near thing: the typical lead over the next frame is a good part of the
+    # 40 ms frame (ticks land uniformly inside it: ~20 ms expected), not ~0.
     ahead = []
     for t, _ in clock.priority:
         later = [f for f in frame_times if f >= t]
         if later:
             ahead.append(later[0] - t)
-    assert statistics.median(ahead) > 0.010, "priority updates arrive with the frames"
+    assert statistics.median(ahead) > 0.040 / 8, "priority updates arrive with the frames"
     assert client.stats.regressions == 0
 
 

@@ -66,14 +66,23 @@ async def test_two_hundred_terminals_never_see_a_price_move_backwards(server_fac
     venues = {i.venue for i in hello.instruments}
     assert restarts >= 2 * len(venues), f"expected ≥2 handler restarts per venue, saw {restarts}"
 
-    for client, rec, wl in zip(clients, recorders, lists, strict=True):
+    priority_clients = set(range(0, CLIENTS, 20))
+    for i, (client, rec, wl) in enumerate(zip(clients, recorders, lists, strict=True)):
         assert client.stats.regressions == 0
         assert client.stats.gaps == 0
+        if i not in priority_clients:
+            # Without an order ticket every record the server sent was newer than the screen:
+            # the SDK's guard had nothing to discard.
+            assert client.stats.stale == 0 and client.stats.duplicates == 0, client.stats
         for key in wl:
             versions = rec.versions[key]
             assert versions, f"{key} never rendered"
-            assert all(a < b for a, b in itertools.pairwise(versions)), f"{key} went backwards"
             assert rec.sources[key] - {"snapshot"}, f"{key} never updated after its snapshot"
+            # The guard makes rendered versions increase by construction; what it cannot hide
+            # is an older venue update under a newer epoch (a wrong epoch fence). The simulator's
+            # update ids and timestamps never restart, so seq alone must increase too.
+            seqs = [seq for _, seq in versions]
+            assert all(a < b for a, b in itertools.pairwise(seqs)), f"{key}: older update shown"
 
     regressions = server.metric_sum(m.SEQUENCE_REGRESSIONS)
     duplicates = server.metric_sum(m.DUPLICATE_TICKS)

@@ -108,7 +108,11 @@ def build_admin_app(node: Node) -> Starlette:
 
         async def guarded(request: Request) -> Response:
             verifier = node.verifier
-            if verifier is not None:
+            if verifier is None:
+                # Fail closed: without auth there is no way to tell an operator from anyone
+                # else on the network, and /admin can drain the node.
+                return _error(403, "forbidden: the admin API needs auth.enabled = true")
+            else:
                 token = token_from_request(dict(request.headers), "")
                 try:
                     claims = await verifier.verify(token)

@@ -41,6 +41,7 @@ class Connection:
         "closing",
         "conn_id",
         "control",
+        "errors_since_ns",
         "expiry",
         "frames_sent",
         "gap_since_ns",
@@ -84,7 +85,8 @@ class Connection:
         self.frames_sent = 0
         self.gap_since_ns = 0  # when the ring last overflowed and has not been resolved since
         self.bytes_sent = 0
-        self.request_errors = 0
+        self.request_errors = 0  # within the current error window (see server.ERROR_WINDOW_NS)
+        self.errors_since_ns = opened_ns
         self.bucket_tokens = float(request_burst)
         self.bucket_ts = opened_ns
 

@@ -183,6 +183,10 @@ class SubscriptionIndex:
         """Cheaper than ``priority_connections`` when most ticks have no priority subscriber."""
         return iid in self._prio_conns
 
+    def has_subscribers(self, iid: int) -> bool:
+        """True when some subscription set holds ``iid`` (no allocation: called per record)."""
+        return iid in self._sigs_of_iid
+
     def signatures_of(self, iid: int) -> frozenset[int]:
         return frozenset(self._sigs_of_iid.get(iid, ()))
 

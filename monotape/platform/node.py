@@ -14,6 +14,7 @@ import gc
 import os
 import random
 import socket
+import threading
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -25,7 +26,7 @@ from prometheus_client import CollectorRegistry, ProcessCollector
 from monotape import metric_names as m
 from monotape.clock import Clock, SystemClock
 from monotape.config import Config
-from monotape.histograms import IntervalLogWriter, Percentiles, Recorders, summarize
+from monotape.histograms import Interval, IntervalLogWriter, Percentiles, Recorders, summarize
 from monotape.histograms.gc import GcCollector, GcMonitor
 from monotape.invariants import (
     InvariantCollector,
@@ -159,12 +160,14 @@ class Node:
         self.loop_lag = LoopLagMonitor(0.1)  # the real clock: a fake one would read no lag
         self.registry.register(LoopLagCollector(self.loop_lag, max_name=m.EVENT_LOOP_LAG_MAX))
         self.latest_latency: dict[str, Percentiles] = {}
+        self._persist_lock = threading.Lock()
         self.decoded_ticks = 0  # what the stage histograms must add up to
         self.framed_ticks = 0
         self.registry.register(StageLatencyCollector(lambda: self.latest_latency))
         self.ws_port = 0
         self.admin_port = 0
         self.ready = False
+        self.failed = False
         self._tasks: list[asyncio.Task[None]] = []
         self._admin: uvicorn.Server | None = None
         self._stopped = asyncio.Event()
@@ -221,13 +224,25 @@ class Node:
             self.framed_ticks += self.stamps.framed(boundary, published, offset)
             self.stamps.written(np.asarray(self.server.write_latencies_ns, dtype=np.int64))
 
-    def rotate_histograms(self, *, final: bool = False) -> None:
-        """Close every stage's interval, log it, and keep its summary for /metrics."""
+    async def _rotate_off_loop(self) -> None:
+        """The 10 s rotation: swapping the histograms is quick and stays on the loop; encoding
+        and writing the intervals (a few ms) runs in a thread, so it never delays a frame or a
+        priority update. The spares are recycled once the write is done."""
         wall = self.clock.wall_ns()
-        intervals = self.stamps.rotate(wall // 1_000_000, wall - self.clock.now_ns(), final=final)
-        now_ms = wall // 1_000_000
-        self.hdr_writer.write(intervals)
-        self.latest_latency = {
+        intervals = self.stamps.rotate(wall // 1_000_000, wall - self.clock.now_ns())
+        try:
+            summaries = await asyncio.to_thread(self._persist, intervals, wall // 1_000_000)
+        finally:
+            self.stamps.recorders.recycle_all(intervals)
+        self.latest_latency = summaries
+
+    def _persist(self, intervals: list[Interval], now_ms: int) -> dict[str, Percentiles]:
+        # One writer at a time: a stop's final rotation may start while a cancelled rotation's
+        # thread is still writing.
+        with self._persist_lock:
+            self.hdr_writer.write(intervals)
+            self.hdr_writer.apply_retention(now_ms)
+        return {
             iv.stage: summarize(
                 iv.histogram,
                 stage=iv.stage,
@@ -237,8 +252,15 @@ class Node:
             )
             for iv in intervals
         }
-        self.stamps.recorders.recycle_all(intervals)
-        self.hdr_writer.apply_retention(now_ms)
+
+    def rotate_histograms(self, *, final: bool = False) -> None:
+        """Rotate on the loop, write in place: for a stop (``final``) and for tests."""
+        wall = self.clock.wall_ns()
+        intervals = self.stamps.rotate(wall // 1_000_000, wall - self.clock.now_ns(), final=final)
+        try:
+            self.latest_latency = self._persist(intervals, wall // 1_000_000)
+        finally:
+            self.stamps.recorders.recycle_all(intervals)
 
     async def _rotation_loop(self) -> None:
         # Rotations sit on the wall clock's 10 s grid, so intervals of every process and host
@@ -247,7 +269,10 @@ class Node:
         while True:
             wall = self.clock.wall_ns()
             await _sleep_until(self.clock.wall_ns, wall - wall % step_ns + step_ns)
-            self.rotate_histograms()
+            try:
+                await self._rotate_off_loop()
+            except Exception as exc:  # a full disk must not stop market data
+                log_event("rotation_failed", level="error", error=repr(exc))
 
     async def _heartbeat_loop(self) -> None:
         while True:
@@ -320,7 +345,9 @@ class Node:
             return
         exc = task.exception()
         if exc is not None:
+            # The data path itself failed: stop, and exit non-zero so a supervisor restarts us.
             log_event("task_failed", level="error", task=task.get_name(), error=repr(exc))
+            self.failed = True
             self._stopped.set()
 
     async def _start_admin(self) -> None:

@@ -69,6 +69,7 @@ CLOSE_UNSUPPORTED = 1003
 CLOSE_POLICY = 1008
 MAX_BAD_REQUESTS = 50  # then the connection is closed with 1008: a client this broken is a bug
 MAX_RATE_VIOLATIONS = 200  # a subscribe flood that ignores RATE_LIMITED errors
+ERROR_WINDOW_NS = 60 * 1_000_000_000  # both limits count errors within one minute
 
 
 def _sampled(conn_id: int, share: float) -> bool:
@@ -349,6 +350,12 @@ class FanoutServer:
             response = ws.respond(HTTPStatus.UNAUTHORIZED, f"unauthorized: {exc.reason}\n")
             response.headers["WWW-Authenticate"] = www_authenticate(exc.reason)
             return response
+        if claims.expires_in(self.clock.wall_ns() / 1e9) <= 0:
+            # Inside the verifier's leeway but already past exp: a session would be closed at
+            # once and the terminal would loop. Refuse it like any expired token.
+            response = ws.respond(HTTPStatus.UNAUTHORIZED, "unauthorized: expired\n")
+            response.headers["WWW-Authenticate"] = www_authenticate("expired")
+            return response
         self._claims[ws] = claims
         return None
 
@@ -359,7 +366,8 @@ class FanoutServer:
         if conn is None or conn.closing:
             return
         conn.close_reason = "auth_expired"
-        self._background(self._close(conn, CLOSE_POLICY, "token expired", reconnect_after_ms=0))
+        # A short hint: the terminal needs a fresh token, not a thundering retry.
+        self._background(self._close(conn, CLOSE_POLICY, "token expired", reconnect_after_ms=1000))
 
     def _background(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -452,6 +460,12 @@ class FanoutServer:
 
     def _error(self, conn: Connection, code: ErrorCode, message: str, req: int) -> None:
         self.stats.request_errors[code.name] += 1
+        # Errors are counted per minute, not per lifetime: a desk open all week must not be
+        # closed as a flood for mistakes spread over days.
+        now = self.clock.now_ns()
+        if now - conn.errors_since_ns > ERROR_WINDOW_NS:
+            conn.errors_since_ns = now
+            conn.request_errors = 0
         conn.request_errors += 1
         self._answer(conn, codec.ws_binary_frame(codec.encode_error(code, message, req)))
 
@@ -561,7 +575,11 @@ class FanoutServer:
         self._last_frame_no = frame.frame_no
         self.stats.frames += 1
         encode = codec.encode_delta_record
-        chunks = {rec.iid: encode(rec.base, rec.new) for rec in frame.records}
+        subscribed = self.index.has_subscribers
+        # Encoded once per changed symbol that anyone watches; nobody pays for the others.
+        chunks = {
+            rec.iid: encode(rec.base, rec.new) for rec in frame.records if subscribed(rec.iid)
+        }
         plan = plan_payloads(chunks, self.index)
         self.stats.payloads_last = len(plan)
         index = self.index
@@ -649,10 +667,11 @@ class FanoutServer:
         """The order-ticket path: an admitted tick goes at once to the terminals that marked it,
         encoded and framed once for all of them."""
         index = self.index
+        has_priority = index.has_priority
         for tick in applied:
-            targets = index.priority_connections(tick.iid)
-            if not targets:
+            if not has_priority(tick.iid):  # the common case: no order ticket holds it
                 continue
+            targets = index.priority_connections(tick.iid)
             wire = codec.ws_binary_frame(codec.encode_priority(codec.encode_full_record(tick)))
             for cid in tuple(targets):
                 conn = self.connections.get(cid)
