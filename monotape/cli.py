@@ -92,6 +92,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         "feeds.replay_speed": args.replay_speed,
         "feeds.replay_start_delay_s": args.replay_start_delay,
         "feeds.restart_every_s": args.restart_every,
+        "bus": "nats" if args.nats else None,
+        "nats.servers": args.nats,
     }
     cfg = _config(args, overrides)
     if args.print_config:
@@ -342,6 +344,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--replay-speed", type=float, help="replay pacing factor (default 1.0)")
     run.add_argument("--replay-start-delay", type=float, help="seconds before the replay starts")
     run.add_argument("--restart-every", type=float, help="restart a handler per venue every N s")
+    run.add_argument(
+        "--nats", metavar="URL[,URL...]", help="use the NATS tick bus at these servers (bus=nats)"
+    )
     run.add_argument("--duration", type=float, help="stop by itself after N seconds")
     run.add_argument("--print-config", action="store_true", help="print the effective config")
     run.set_defaults(func=cmd_run)

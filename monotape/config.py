@@ -10,7 +10,7 @@ from __future__ import annotations
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
@@ -20,6 +20,7 @@ __all__ = [
     "Config",
     "ConfigError",
     "FeedConfig",
+    "NatsConfig",
     "ServerConfig",
     "SimulatorConfig",
     "load_config",
@@ -98,6 +99,16 @@ class ServerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     invariant_interval_s: float = 30.0  # issue: a dangling index entry visible within 30 s
 
 
+class NatsConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """The cross-host tick bus (docs/nats.md): used when ``bus = "nats"``."""
+
+    servers: str = "nats://127.0.0.1:4222"  # comma-separated
+    subjects: Literal["batch", "symbol"] = "batch"  # md.<venue>.batch or md.<venue>.<symbol>
+    array_like: bool = True  # ticks as msgpack arrays: ~3x smaller than maps
+    max_pending_batches: int = 4_096  # bounded outbound queue; overflow is counted, never waits
+    connect_timeout_s: float = 10.0
+
+
 class Config(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     data_dir: str = ".monotape"
     log_level: str = "info"
@@ -105,6 +116,8 @@ class Config(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     feeds: FeedConfig = msgspec.field(default_factory=FeedConfig)
     server: ServerConfig = msgspec.field(default_factory=ServerConfig)
     auth: AuthConfig = msgspec.field(default_factory=AuthConfig)
+    bus: Literal["inprocess", "nats"] = "inprocess"
+    nats: NatsConfig = msgspec.field(default_factory=NatsConfig)
 
 
 def _set_path(tree: dict[str, Any], dotted: str, value: Any) -> None:

@@ -28,6 +28,7 @@ __all__ = [
     "INDEX_ENTRIES",
     "INVARIANT_CHECK_SECONDS",
     "INVARIANT_VIOLATION",
+    "NATS_BUS_PREFIX",
     "OUTBOX_FRAMES",
     "OUTBOX_FRAMES_MAX",
     "PRIORITY_UPDATES_SENT",
@@ -68,6 +69,10 @@ EVENT_LOOP_LAG = "monotape_event_loop_lag_seconds"
 EVENT_LOOP_LAG_MAX = "monotape_event_loop_lag_max_seconds"  # max since the last scrape
 GC_FROZEN_OBJECTS = "monotape_gc_frozen_objects"
 DISCONNECTS = "monotape_disconnects_total"  # {reason}
+# The NATS tick bus's own counters: <prefix><counter>_total and two gauges (bus_nats.py lists
+# the counters: published/sent/dropped/received batches and ticks, decode/sink errors, slow
+# consumer drops; gauges pending_batches, connected).
+NATS_BUS_PREFIX = "monotape_bus_"
 REQUEST_ERRORS = "monotape_request_errors_total"  # {code}
 
 

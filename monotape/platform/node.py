@@ -37,7 +37,8 @@ from monotape.invariants import (
 from monotape.log import log_event
 from monotape.platform.admin import build_admin_app
 from monotape.platform.auth import TokenVerifier, build_verifier
-from monotape.platform.bus import InProcessBus
+from monotape.platform.bus import InProcessBus, TickBus
+from monotape.platform.bus_nats import NatsBusCollector, NatsTickBus
 from monotape.platform.conflation import next_boundary
 from monotape.platform.feeds.epochs import FileEpochStore
 from monotape.platform.feeds.handler import FeedHandler, make_handler_pair
@@ -111,7 +112,20 @@ class Node:
                 self.handlers.extend(pair)
                 self._by_venue[venue].extend(pair)
         self.frame_ns = int(cfg.server.frame_ms * 1e6)
-        self.bus = InProcessBus()
+        self.nats_bus: NatsTickBus | None = None
+        self.bus: TickBus
+        if cfg.bus == "nats":
+            # Cross-host: handlers publish venue batches to NATS, this sequencer subscribes.
+            self.nats_bus = NatsTickBus(
+                scheme=cfg.nats.subjects,
+                symbols={i.iid: i.symbol for i in self.universe},
+                array_like=cfg.nats.array_like,
+                max_pending_batches=cfg.nats.max_pending_batches,
+                name=f"monotape-{socket.gethostname()}-{os.getpid()}",
+            )
+            self.bus = self.nats_bus
+        else:
+            self.bus = InProcessBus()
         self.sequencer = Sequencer(cfg.server.lanes, self.frame_ns)
         # The key object is built once, here (DESIGN: Auth); a bad key file fails the start.
         self.verifier: TokenVerifier | None = (
@@ -130,6 +144,8 @@ class Node:
         )
         self.bus.subscribe(self._on_ticks)
         self.registry = CollectorRegistry()
+        if self.nats_bus is not None:
+            self.registry.register(NatsBusCollector(self.nats_bus))
         self.registry.register(SequencerCollector(self.sequencer))
         self.registry.register(FanoutCollector(self.server))
         self.registry.register(FeedCollector(lambda: self.handlers))
@@ -305,6 +321,9 @@ class Node:
     # -- lifecycle -----------------------------------------------------------------------------
     async def start(self) -> None:
         self.gc_monitor.install()
+        if self.nats_bus is not None:
+            servers = [u.strip() for u in self.cfg.nats.servers.split(",") if u.strip()]
+            await self.nats_bus.connect(servers, timeout_s=self.cfg.nats.connect_timeout_s)
         for handler in self.handlers:
             record = handler.start()
             log_event(
@@ -385,6 +404,8 @@ class Node:
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        if self.nats_bus is not None:
+            await self.nats_bus.close()
         if self._admin is not None:
             self._admin.should_exit = True
             await self._admin.shutdown(sockets=[self._admin_sock])
