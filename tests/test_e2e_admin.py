@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 import urllib.error
 
+import jwt
 import pytest
 import websockets
 
 from monotape import metric_names as m
 from monotape.histograms import STAGES
 from monotape.platform import codec
+from monotape.platform.auth import ensure_dev_keys, mint_token
 from monotape.platform.sdk import TerminalClient
 from tests.conftest import RunningServer, mint
 
@@ -73,18 +76,34 @@ async def test_admin_endpoints_need_an_admin_token(server_factory: type) -> None
     await client.close()
 
 
-async def test_upgrade_refuses_bad_tokens_and_closes_at_expiry(server_factory: type) -> None:
-    server = server_factory.start("--rate", "2000")
+async def test_upgrade_refuses_bad_tokens_and_closes_at_expiry(
+    server_factory: type, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    # A 2 KiB token limit, so an oversized token still fits the HTTP request line (8 KiB).
+    server = server_factory.start("--rate", "2000", env={"MONOTAPE_AUTH__MAX_TOKEN_BYTES": "2048"})
+    key = ensure_dev_keys(server.data_dir).private_pem_path
+    other = tmp_path_factory.mktemp("otherkey")
+    wrong_key = ensure_dev_keys(other).private_pem_path  # a different, valid ES256 key
+    now = time.time()
+    claims = {"sub": "eve", "aud": "monotape", "iss": "monotape-dev", "exp": int(now) + 600}
     for token, reason in (
         ("", "missing token"),
         ("garbage", "malformed token"),
         (mint(server.data_dir, ttl_s=-60), "expired"),
+        (jwt.encode({**claims, "nbf": int(now) + 300}, key.read_bytes(), "ES256"), "not yet valid"),
+        (mint_token(key, sub="x", ttl_s=600, aud="someone-else"), "wrong audience"),
+        (mint_token(key, sub="x", ttl_s=600, iss="someone-else"), "wrong issuer"),
+        (mint_token(wrong_key, sub="x", ttl_s=600), "bad signature"),
+        (jwt.encode(claims, None, algorithm="none"), "algorithm not allowed"),
+        ("x" * 4000, "token too large"),
     ):
+        # Every refusal is an HTTP 401 with its reason, before any WebSocket exists.
         url = server.bare_url + (f"?token={token}" if token else "")
         with pytest.raises(websockets.InvalidStatus) as refused:
-            await websockets.connect(url)
-        assert refused.value.response.status_code == 401
-        assert reason in refused.value.response.body.decode()
+            await websockets.connect(url, max_size=2**23)
+        assert refused.value.response.status_code == 401, reason
+        assert reason in refused.value.response.body.decode(), reason
+        assert token[:20] not in refused.value.response.body.decode() or not token
 
     # A session outlives its token by nothing: closed with a reason and a reconnect hint.
     short = mint(server.data_dir, ttl_s=2)
