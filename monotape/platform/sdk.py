@@ -68,6 +68,7 @@ __all__ = [
     "with_token",
 ]
 
+RESYNC_RETRY_S = 2.0  # a gapped symbol's snapshot not here by then is asked for again
 SOURCE_SNAPSHOT = "snapshot"
 SOURCE_FRAME = "frame"
 SOURCE_PRIORITY = "priority"
@@ -278,7 +279,8 @@ class TerminalClient:
         self._chain: dict[int, tuple[int, int, int, int, int, int]] = {}
         self._shown = VersionGuard()
         self._prio_last = VersionGuard()
-        self._resyncing: set[int] = set()
+        self._resyncing: dict[int, float] = {}  # gapped iid -> when its snapshot was asked for
+        self._resync_scheduled = False
         self._queue: asyncio.Queue[Quote] | None = None
         self._queue_size = queue_size
         # what the caller holds: restored on every reconnect (dicts keep the caller's order)
@@ -685,10 +687,12 @@ class TerminalClient:
         elif isinstance(msg, codec.Snapshot):
             self.stats.snapshots += 1
             for rec in msg.records:
-                self._resyncing.discard(rec.iid)
+                self._resyncing.pop(rec.iid, None)
                 self._on_chain_record(rec, SOURCE_SNAPSHOT)
         elif isinstance(msg, codec.Heartbeat):
             self.stats.heartbeats += 1
+            if self._resyncing and not self._resync_scheduled:
+                self._request_resync()  # once a second: ask again for snapshots that never came
         elif isinstance(msg, codec.Ack):
             fut = self._pending.get(msg.req)
             if fut is not None and not fut.done():
@@ -758,19 +762,36 @@ class TerminalClient:
         self._render(iid, version, bid, ask, last, rec.size, source)
 
     def _gap(self, iid: int) -> None:
-        """A delta on a base we do not hold: never apply it; ask for a snapshot of the symbol."""
+        """A delta on a base we do not hold: never apply it; ask for a snapshot of the symbol.
+
+        Gapped symbols are gathered and asked for in one Subscribe per loop turn (a burst of
+        gaps must not trip the server's request rate limit), and asked again if no snapshot
+        came within RESYNC_RETRY_S: a refused or lost request never freezes a symbol."""
         self.stats.gaps += 1
-        self._resyncing.add(iid)
+        self._resyncing[iid] = 0.0  # not asked yet
         self._chain.pop(iid, None)
-        inst = self.instruments.get(iid)
-        if inst is not None and self._ws is not None:
+        if not self._resync_scheduled:
+            self._resync_scheduled = True
+            asyncio.get_running_loop().call_soon(self._request_resync)
+
+    def _request_resync(self) -> None:
+        self._resync_scheduled = False
+        if self._ws is None:
+            return  # the reconnect re-subscribes everything
+        now = asyncio.get_running_loop().time()
+        due = [
+            i for i, asked in self._resyncing.items() if not asked or now - asked > RESYNC_RETRY_S
+        ]
+        keys = [self.instruments[i].key for i in due if i in self.instruments]
+        for i in due:
+            self._resyncing[i] = now
+        for chunk in _chunks(keys, MAX_KEYS):
             req = next(self._req)
-            with contextlib.suppress(Exception):
-                task = asyncio.get_running_loop().create_task(
-                    self._ws.send(encode_request(Subscribe(req=req, keys=[inst.key])))
-                )
-                self._bg.add(task)
-                task.add_done_callback(self._bg_done)
+            task = asyncio.get_running_loop().create_task(
+                self._ws.send(encode_request(Subscribe(req=req, keys=chunk)))
+            )
+            self._bg.add(task)
+            task.add_done_callback(self._bg_done)
 
     def _bg_done(self, task: asyncio.Task[Any]) -> None:
         self._bg.discard(task)
@@ -781,14 +802,22 @@ class TerminalClient:
         self, iid: int, version: Version, bid: int, ask: int, last: int, size: int, source: str
     ) -> None:
         verdict = self._shown.check(iid, version)
+        inst = self.instruments.get(iid)
+        key = inst.key if inst else str(iid)
         if verdict is not APPLIED:
             if verdict is DUPLICATE:
                 self.stats.duplicates += 1
+                if key in self._held and key not in self.view:
+                    # re-subscribed to what the screen last showed: put the line back, quietly
+                    self.view[key] = Quote(
+                        key, iid, version[0], version[1], bid, ask, last, size, source,
+                        inst.price_decimals if inst else 0,
+                    )  # fmt: skip
             else:
                 self.stats.stale += 1
             return
-        inst = self.instruments.get(iid)
-        key = inst.key if inst else str(iid)
+        if key not in self._held:
+            return  # a frame in flight when the symbol was unsubscribed: not on the watchlist
         quote = Quote(
             key,
             iid,
