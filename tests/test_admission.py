@@ -116,3 +116,36 @@ async def test_admin_api_fails_closed_without_auth(tmp_path: Path) -> None:
         assert await asyncio.to_thread(get, "/healthz") == 200
     finally:
         await node.stop()
+
+
+async def test_upgrades_are_shed_while_the_event_loop_is_late(tmp_path: Path) -> None:
+    cfg = load_config(
+        overrides={
+            "data_dir": str(tmp_path),
+            "server.ws_port": 0,
+            "server.admin_port": 0,
+            "auth.enabled": False,
+            "simulator.rate": 500,
+            "server.admission_max_lag_ms": 100,
+        }
+    )
+    node = Node(cfg)
+    await node.start()
+    url = f"ws://127.0.0.1:{node.ws_port}/"
+    try:
+        node.loop_lag.last_ns = 250_000_000  # the monitor just saw the loop 250 ms late
+        assert node._overloaded()
+        node.loop_lag.last_ns = 5_000_000
+        assert not node._overloaded()
+        late = [True]
+        node.server._overloaded = lambda: late[0]  # hold the verdict still for the check
+        with pytest.raises(websockets.InvalidStatus) as refused:
+            await websockets.connect(url)
+        assert refused.value.response.status_code == 503
+        assert int(refused.value.response.headers["Retry-After"]) >= 1
+        assert node.server.stats.admission_rejected["overloaded"] == 1
+        late[0] = False
+        ws = await websockets.connect(url, max_size=2**23)
+        await ws.close()
+    finally:
+        await node.stop()

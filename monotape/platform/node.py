@@ -141,6 +141,7 @@ class Node:
             verifier=self.verifier,
             hydrate=self.stamps.recorders["hydrate"],
             glass=self.stamps.recorders["glass"] if cfg.server.glass_share > 0 else None,
+            overloaded=self._overloaded if cfg.server.admission_max_lag_ms > 0 else None,
         )
         self.bus.subscribe(self._on_ticks)
         self.registry = CollectorRegistry()
@@ -187,6 +188,9 @@ class Node:
         self._tasks: list[asyncio.Task[None]] = []
         self._admin: uvicorn.Server | None = None
         self._stopped = asyncio.Event()
+
+    def _overloaded(self) -> bool:
+        return self.loop_lag.last_ns > self.cfg.server.admission_max_lag_ms * 1e6
 
     # -- data movement -------------------------------------------------------------------------
     def _on_ticks(self, ticks: Sequence[Tick]) -> None:

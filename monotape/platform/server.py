@@ -18,7 +18,7 @@ import itertools
 import random
 import weakref
 from collections import Counter
-from collections.abc import Coroutine, Iterable, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Sequence
 from http import HTTPStatus
 from typing import Any
 from urllib.parse import urlsplit
@@ -119,7 +119,7 @@ class FanoutStats:
         self.disconnects: Counter[str] = Counter()
         self.connections_total = 0
         # by reason; both series exist from the start so a rate() over them never starts blank
-        self.admission_rejected: Counter[str] = Counter({"rate": 0, "draining": 0})
+        self.admission_rejected: Counter[str] = Counter({"rate": 0, "overloaded": 0, "draining": 0})
         self.frame_writes = 0  # frames handed to the kernel straight from publish_frame
 
 
@@ -134,10 +134,12 @@ class FanoutServer:
         verifier: TokenVerifier | None = None,
         hydrate: StageRecorder | None = None,
         glass: StageRecorder | None = None,
+        overloaded: Callable[[], bool] | None = None,
     ) -> None:
         self.cfg = cfg
         self.clock = clock
         self.verifier = verifier
+        self._overloaded = overloaded  # True while the event loop is too late to take more
         self._hydrate = hydrate  # µs-resolution histogram of (re)subscription hydrations
         self._glass = glass  # RTT/2 samples of the glass cohort (an upper bound)
         self.cohort: set[int] = set()  # connections sampled for glass pings
@@ -335,6 +337,13 @@ class FanoutServer:
             self.stats.admission_rejected["draining"] += 1
             response = ws.respond(HTTPStatus.SERVICE_UNAVAILABLE, "draining: reconnect elsewhere\n")
             response.headers["Retry-After"] = str(random.randint(1, 5))  # jittered
+            return response
+        if self._overloaded is not None and self._overloaded():
+            # Shedding is cheap here (no hello, no snapshot); admitting would make every
+            # terminal already connected late too, and the queued ones would time out anyway.
+            self.stats.admission_rejected["overloaded"] += 1
+            response = ws.respond(HTTPStatus.SERVICE_UNAVAILABLE, "overloaded: retry\n")
+            response.headers["Retry-After"] = str(self.admission.retry_after_s())
             return response
         if not self.admission.take(self.clock.now_ns()):
             self.stats.admission_rejected["rate"] += 1
