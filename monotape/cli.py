@@ -230,7 +230,7 @@ def _add_churn(load_sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _load_knobs(args: argparse.Namespace, cfg: Config) -> Any:
-    from monotape.platform.loadgen import LoadConfig
+    from monotape.platform.load import LoadConfig
 
     knobs = {
         f: getattr(args, f)
@@ -243,7 +243,7 @@ def _load_knobs(args: argparse.Namespace, cfg: Config) -> Any:
 
 
 def cmd_load_replay(args: argparse.Namespace) -> int:
-    from monotape.platform.loadgen import (
+    from monotape.platform.load import (
         LoadRefused,
         TraceError,
         compare,
@@ -293,7 +293,7 @@ def cmd_load_replay(args: argparse.Namespace) -> int:
 
 
 def _add_load_replay(load_sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from monotape.platform.loadgen import LoadConfig
+    from monotape.platform.load import LoadConfig
 
     replay = load_sub.add_parser(
         "replay", help="replay an arrival trace (docs/load.md) over several processes; loopback"

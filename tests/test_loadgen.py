@@ -9,8 +9,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from monotape.platform.load.worker import last_gap
-from monotape.platform.loadgen import (
+from monotape.platform.load import (
     LoadConfig,
     LoadRefused,
     LoadReport,
@@ -28,6 +27,7 @@ from monotape.platform.loadgen import (
     storm_trace,
     summarize,
 )
+from monotape.platform.load.worker import last_gap
 
 TRACES = Path(__file__).parent / "traces"
 
