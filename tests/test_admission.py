@@ -60,7 +60,7 @@ async def test_storm_gets_503_with_retry_after_and_hydration_and_glass_are_measu
         for exc in refused:
             assert exc.response.status_code == 503
             assert int(exc.response.headers["Retry-After"]) >= 1
-        assert node.server.stats.admission_rejected["rate"] == 7
+        assert node.server.gate.rejected["rate"] == 7
         for ws in admitted:
             await ws.close()
 
@@ -138,12 +138,12 @@ async def test_upgrades_are_shed_while_the_event_loop_is_late(tmp_path: Path) ->
         node.loop_lag.last_ns = 5_000_000
         assert not node._overloaded()
         late = [True]
-        node.server._overloaded = lambda: late[0]  # hold the verdict still for the check
+        node.server.gate.overloaded = lambda: late[0]  # hold the verdict still for the check
         with pytest.raises(websockets.InvalidStatus) as refused:
             await websockets.connect(url)
         assert refused.value.response.status_code == 503
         assert int(refused.value.response.headers["Retry-After"]) >= 1
-        assert node.server.stats.admission_rejected["overloaded"] == 1
+        assert node.server.gate.rejected["overloaded"] == 1
         late[0] = False
         ws = await websockets.connect(url, max_size=2**23)
         await ws.close()

@@ -83,7 +83,7 @@ class FanoutCollector(Collector):
             m.ADMISSION_REJECTED,
             "Upgrades refused with 503, by reason (rate, draining).",
             "reason",
-            st.admission_rejected,
+            s.gate.rejected,
         )
         yield _counter(m.GAP_SNAPSHOTS, "Snapshots sent to resolve a gap.", st.gap_snapshots)
         yield _labelled_counter(

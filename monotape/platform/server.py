@@ -15,19 +15,13 @@ import asyncio
 import contextlib
 import functools
 import itertools
-import random
-import weakref
 from collections import Counter
 from collections.abc import Callable, Coroutine, Iterable, Sequence
-from http import HTTPStatus
 from typing import Any
-from urllib.parse import urlsplit
 
 import websockets
 from websockets.asyncio.server import Server, ServerConnection
 from websockets.exceptions import ConnectionClosed, ConnectionClosedOK
-from websockets.http11 import Request as HttpRequest
-from websockets.http11 import Response as HttpResponse
 from websockets.protocol import State
 
 from monotape.clock import Clock
@@ -35,13 +29,8 @@ from monotape.config import ServerConfig
 from monotape.histograms import StageRecorder
 from monotape.log import log_event
 from monotape.platform import codec
-from monotape.platform.admission import TokenBucket
 from monotape.platform.auth import (
-    AuthError,
-    Claims,
     TokenVerifier,
-    token_from_request,
-    www_authenticate,
 )
 from monotape.platform.codec import ErrorCode
 from monotape.platform.conflation import Frame
@@ -58,6 +47,7 @@ from monotape.platform.requests import (
     decode_request,
 )
 from monotape.platform.sequencer import Sequencer
+from monotape.platform.upgrade import UpgradeGate
 
 __all__ = ["FanoutServer", "FanoutStats", "SnapshotCache"]
 
@@ -119,7 +109,6 @@ class FanoutStats:
         self.disconnects: Counter[str] = Counter()
         self.connections_total = 0
         # by reason; both series exist from the start so a rate() over them never starts blank
-        self.admission_rejected: Counter[str] = Counter({"rate": 0, "overloaded": 0, "draining": 0})
         self.frame_writes = 0  # frames handed to the kernel straight from publish_frame
 
 
@@ -138,19 +127,9 @@ class FanoutServer:
     ) -> None:
         self.cfg = cfg
         self.clock = clock
-        self.verifier = verifier
-        self._overloaded = overloaded  # True while the event loop is too late to take more
         self._hydrate = hydrate  # µs-resolution histogram of (re)subscription hydrations
         self._glass = glass  # RTT/2 samples of the glass cohort (an upper bound)
         self.cohort: set[int] = set()  # connections sampled for glass pings
-        # claims verified at the upgrade, picked up by the connection's handler; weak, so a
-        # handshake that fails after process_request leaves nothing behind
-        self.admission = TokenBucket(cfg.admission_rate_per_s, cfg.admission_burst, clock.now_ns())
-        self.drain: Drain | None = None  # set once a drain starts: new upgrades get 503
-        self._drain_task: asyncio.Task[None] | None = None
-        self._claims: weakref.WeakKeyDictionary[ServerConnection, Claims] = (
-            weakref.WeakKeyDictionary()
-        )
         self.sequencer = sequencer
         self.index = SubscriptionIndex()
         self.snapshots = SnapshotCache(sequencer)
@@ -170,6 +149,15 @@ class FanoutServer:
             )
         )
         self._server: Server | None = None
+        self.drain: Drain | None = None  # set once a drain starts: new upgrades get 503
+        self._drain_task: asyncio.Task[None] | None = None
+        self.gate = UpgradeGate(
+            cfg,
+            clock,
+            verifier=verifier,
+            draining=lambda: self.drain is not None,
+            overloaded=overloaded,
+        )
         self._tasks: set[asyncio.Task[None]] = set()
         self._gone_frames = 0  # written to connections that have since left
         self._gone_bytes = 0
@@ -185,7 +173,7 @@ class FanoutServer:
             self.cfg.host,
             self.cfg.ws_port,
             compression=None,  # MEASURED: deflate costs 34 µs/frame and kills shared buffers
-            process_request=self._admit,
+            process_request=self.gate,
             max_size=self.cfg.max_message_bytes,
             max_queue=16,
             ping_interval=20,
@@ -329,45 +317,7 @@ class FanoutServer:
             conn.transport.abort()
         return True
 
-    # -- the upgrade ---------------------------------------------------------------------------
-    async def _admit(self, ws: ServerConnection, request: HttpRequest) -> HttpResponse | None:
-        """Every upgrade passes here before a WebSocket exists: 503 while draining, then the
-        JWT, verified off the event loop (cached by fingerprint): 401 with the reason."""
-        if self.drain is not None:
-            self.stats.admission_rejected["draining"] += 1
-            response = ws.respond(HTTPStatus.SERVICE_UNAVAILABLE, "draining: reconnect elsewhere\n")
-            response.headers["Retry-After"] = str(random.randint(1, 5))  # jittered
-            return response
-        if self._overloaded is not None and self._overloaded():
-            # Shedding is cheap here (no hello, no snapshot); admitting would make every
-            # terminal already connected late too, and the queued ones would time out anyway.
-            self.stats.admission_rejected["overloaded"] += 1
-            response = ws.respond(HTTPStatus.SERVICE_UNAVAILABLE, "overloaded: retry\n")
-            response.headers["Retry-After"] = str(self.admission.retry_after_s())
-            return response
-        if not self.admission.take(self.clock.now_ns()):
-            self.stats.admission_rejected["rate"] += 1
-            response = ws.respond(HTTPStatus.SERVICE_UNAVAILABLE, "too many connections: retry\n")
-            response.headers["Retry-After"] = str(self.admission.retry_after_s())
-            return response
-        if self.verifier is None:
-            return None
-        token = token_from_request(dict(request.headers.raw_items()), urlsplit(request.path).query)
-        try:
-            claims = await self.verifier.verify(token)
-        except AuthError as exc:
-            response = ws.respond(HTTPStatus.UNAUTHORIZED, f"unauthorized: {exc.reason}\n")
-            response.headers["WWW-Authenticate"] = www_authenticate(exc.reason)
-            return response
-        if claims.expires_in(self.clock.wall_ns() / 1e9) <= 0:
-            # Inside the verifier's leeway but already past exp: a session would be closed at
-            # once and the terminal would loop. Refuse it like any expired token.
-            response = ws.respond(HTTPStatus.UNAUTHORIZED, "unauthorized: expired\n")
-            response.headers["WWW-Authenticate"] = www_authenticate("expired")
-            return response
-        self._claims[ws] = claims
-        return None
-
+    # -- the session's token -------------------------------------------------------------------
     def _expire(self, conn_id: int) -> None:
         """The session's token expired: close with a reason and a reconnect hint (the terminal
         reconnects with a fresh token)."""
@@ -395,7 +345,7 @@ class FanoutServer:
             request_burst=self.cfg.request_burst,
             so_sndbuf=self.cfg.so_sndbuf,
         )
-        claims = self._claims.pop(ws, None)
+        claims = self.gate.claims_for(ws)
         if claims is not None:
             conn.expiry = asyncio.get_running_loop().call_later(
                 claims.expires_in(self.clock.wall_ns() / 1e9), self._expire, conn_id
