@@ -178,6 +178,7 @@ class Node:
         self.registry.register(LoopLagCollector(self.loop_lag, max_name=m.EVENT_LOOP_LAG_MAX))
         self.latest_latency: dict[str, Percentiles] = {}
         self._persist_lock = threading.Lock()
+        self._rotating: asyncio.Future[dict[str, Percentiles]] | None = None
         self.decoded_ticks = 0  # what the stage histograms must add up to
         self.framed_ticks = 0
         self.registry.register(StageLatencyCollector(lambda: self.latest_latency))
@@ -250,10 +251,13 @@ class Node:
         priority update. The spares are recycled once the write is done."""
         wall = self.clock.wall_ns()
         intervals = self.stamps.rotate(wall // 1_000_000, wall - self.clock.now_ns())
-        try:
-            summaries = await asyncio.to_thread(self._persist, intervals, wall // 1_000_000)
-        finally:
-            self.stamps.recorders.recycle_all(intervals)
+        self._rotating = asyncio.ensure_future(
+            asyncio.to_thread(self._persist, intervals, wall // 1_000_000)
+        )
+        # Shielded: a stop must not recycle histograms the thread is still encoding (stop()
+        # waits for this write before it cancels the loop).
+        summaries = await asyncio.shield(self._rotating)
+        self.stamps.recorders.recycle_all(intervals)
         self.latest_latency = summaries
 
     def _persist(self, intervals: list[Interval], now_ms: int) -> dict[str, Percentiles]:
@@ -402,6 +406,9 @@ class Node:
             self.server.start_drain()
             await self.server.wait_drained(self.cfg.server.drain_timeout_s)
         self.loop_lag.stop()
+        if self._rotating is not None and not self._rotating.done():
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.shield(self._rotating), 10)
         await self.server.stop()
         for task in self._tasks:
             task.cancel()
