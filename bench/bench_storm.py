@@ -45,12 +45,10 @@ import argparse
 import contextlib
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -63,6 +61,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from bench.common import median_min_max, raise_nofile, row
 from monotape.metric_names import ADMISSION_REJECTED, CONNECTIONS
 from monotape.platform.auth import ensure_dev_keys, mint_token
+from monotape.platform.launch import launch
 from monotape.platform.load import LoadConfig, LoadReport, SizeWeight, run_load, storm_trace
 
 __all__ = ["run"]
@@ -141,53 +140,15 @@ def _can_pin(*cpus: int) -> bool:
 
 
 def start_server(data_dir: Path, env: dict[str, str], *, cpu: int | None) -> Server:
-    cmd = [
-        sys.executable, "-m", "monotape", "run", "--ws-port", "0", "--admin-port", "0",
-        "--data-dir", str(data_dir), "--rate", str(RATE),
-    ]  # fmt: skip
-
     def pin() -> None:  # in the child, before exec: every thread of the server inherits it
         if cpu is not None:
             os.sched_setaffinity(0, {cpu})
 
-    proc = subprocess.Popen(
-        cmd,
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-        text=True,
-        env={**os.environ, **env},
-        preexec_fn=pin if cpu is not None else None,  # a bare syscall: fork-safe
-    )
-    assert proc.stdout is not None
-    output: list[str] = []
-    deadline = time.monotonic() + 30
-    ws_port = admin_port = 0
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        output.append(line)
-        if m := re.search(r"terminals\s+ws://127\.0\.0\.1:(\d+)/", line):
-            ws_port = int(m.group(1))
-        if m := re.search(r"metrics\s+http://127\.0\.0\.1:(\d+)/", line):
-            admin_port = int(m.group(1))
-        if ws_port and admin_port:
-            break
-    if not (ws_port and admin_port):
-        proc.kill()
-        proc.wait(5)
-        raise RuntimeError("monotape run did not say what it listens on:\n" + "".join(output))
-
-    def drain() -> None:  # keep the pipe from filling up
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            if len(output) < 2_000:
-                output.append(line)
-
-    threading.Thread(target=drain, daemon=True).start()
-    return Server(proc, ws_port, admin_port, output, pinned=cpu is not None)
+    node = launch(
+        data_dir, "--rate", str(RATE), env=env,
+        preexec_fn=pin if cpu is not None else None, keep_lines=2_000,
+    )  # fmt: skip
+    return Server(node.proc, node.ws_port, node.admin_port, node.output, pinned=cpu is not None)
 
 
 def _mint(data_dir: Path, *, admin: bool) -> str:

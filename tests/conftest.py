@@ -3,12 +3,8 @@
 from __future__ import annotations
 
 import os
-import re
 import signal
 import subprocess
-import sys
-import threading
-import time
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -18,6 +14,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from monotape.platform.auth import ensure_dev_keys, mint_token
+from monotape.platform.launch import launch
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -77,40 +74,10 @@ class RunningServer:
 
 
 def start_server(data_dir: Path, *args: str, env: dict[str, str] | None = None) -> RunningServer:
-    cmd = [
-        sys.executable, "-m", "monotape", "run",
-        "--ws-port", "0", "--admin-port", "0", "--data-dir", str(data_dir), *args,
-    ]  # fmt: skip
-    full_env = {**os.environ, **(env or {})}
-    proc = subprocess.Popen(
-        cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=full_env
+    node = launch(data_dir, *args, env=env)
+    return RunningServer(
+        node.proc, node.ws_port, node.admin_port, data_dir, node.output, mint(data_dir)
     )
-    assert proc.stdout is not None
-    output: list[str] = []
-    deadline = time.monotonic() + 30
-    ws_port = admin_port = 0
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        output.append(line)
-        if m := re.search(r"terminals\s+ws://127\.0\.0\.1:(\d+)/", line):
-            ws_port = int(m.group(1))
-        if m := re.search(r"metrics\s+http://127\.0\.0\.1:(\d+)/", line):
-            admin_port = int(m.group(1))
-        if ws_port and admin_port:
-            break
-    if not (ws_port and admin_port):
-        proc.kill()
-        raise AssertionError("monotape run did not say what it listens on:\n" + "".join(output))
-
-    def drain() -> None:  # keep the pipe from filling up; keep the log for failure reports
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            output.append(line)
-
-    threading.Thread(target=drain, daemon=True).start()
-    return RunningServer(proc, ws_port, admin_port, data_dir, output, mint(data_dir))
 
 
 @pytest.fixture

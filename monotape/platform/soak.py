@@ -26,7 +26,6 @@ import collections
 import contextlib
 import math
 import os
-import re
 import signal
 import sys
 import tempfile
@@ -43,6 +42,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from monotape import metric_names as m
 from monotape.platform.auth import ensure_dev_keys, mint_token
 from monotape.platform.churn import ChurnConfig, ChurnProgress, ChurnReport, run_churn
+from monotape.platform.launch import ADMIN_LINE, WS_LINE
 
 __all__ = [
     "Check",
@@ -61,8 +61,6 @@ Positive = Annotated[float, Meta(gt=0)]
 NonNegative = Annotated[float, Meta(ge=0)]
 Share = Annotated[float, Meta(ge=0, le=1)]
 
-_WS_LINE: Final = re.compile(r"terminals\s+ws://127\.0\.0\.1:(\d+)/")
-_METRICS_LINE: Final = re.compile(r"metrics\s+http://127\.0\.0\.1:(\d+)/")
 _TRIPPED: Final = "invariant_tripped"
 _MAX_TRIP_LINES: Final = 20
 _LOG_TAIL: Final = 200
@@ -505,9 +503,9 @@ class _Server:
                 self.trip_count += 1
                 if len(self.tripped) < _MAX_TRIP_LINES:
                     self.tripped.append(line.strip()[:500])
-            if w := _WS_LINE.search(line):
+            if w := WS_LINE.search(line):
                 self.ws_port = int(w.group(1))
-            if a := _METRICS_LINE.search(line):
+            if a := ADMIN_LINE.search(line):
                 self.admin_port = int(a.group(1))
         return True
 
