@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from monotape.config import Config, load_config
 from monotape.platform.auth import ensure_dev_keys, mint_token
 from monotape.platform.launch import launch
 
@@ -108,3 +109,15 @@ def nats_url() -> Iterator[str]:
         pytest.skip(reason)
     with NatsServer() as srv:
         yield srv.url
+
+
+def node_config(data_dir: Path, overrides: dict[str, object] | None = None) -> Config:
+    """An in-process node's config: free ports, its own data dir, auth off (auth has its own
+    tests), plus the dotted ``overrides`` a test is about."""
+    base: dict[str, object] = {
+        "data_dir": str(data_dir),
+        "server.ws_port": 0,
+        "server.admin_port": 0,
+        "auth.enabled": False,
+    }
+    return load_config(overrides={**base, **(overrides or {})})

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import websockets
 
-from monotape.config import load_config
 from monotape.platform.admission import TokenBucket
 from monotape.platform.node import Node
 from monotape.platform.sdk import TerminalClient
+from tests.conftest import node_config
 
 S = 1_000_000_000
 
@@ -33,18 +33,15 @@ def test_bucket_never_exceeds_its_burst() -> None:
 async def test_storm_gets_503_with_retry_after_and_hydration_and_glass_are_measured(
     tmp_path: Path,
 ) -> None:
-    cfg = load_config(
-        overrides={
-            "data_dir": str(tmp_path),
-            "server.ws_port": 0,
-            "server.admin_port": 0,
-            "auth.enabled": False,
+    cfg = node_config(
+        tmp_path,
+        {
             "simulator.rate": 2000,
             "server.admission_rate_per_s": 1,
             "server.admission_burst": 5,
             "server.glass_share": 1.0,
             "server.glass_interval_s": 0.2,
-        }
+        },
     )
     node = Node(cfg)
     await node.start()
@@ -92,15 +89,7 @@ async def test_admin_api_fails_closed_without_auth(tmp_path: Path) -> None:
     import urllib.error
     import urllib.request
 
-    cfg = load_config(
-        overrides={
-            "data_dir": str(tmp_path),
-            "server.ws_port": 0,
-            "server.admin_port": 0,
-            "auth.enabled": False,
-            "simulator.rate": 500,
-        }
-    )
+    cfg = node_config(tmp_path, {"simulator.rate": 500})
     node = Node(cfg)
     await node.start()
     try:
@@ -119,16 +108,7 @@ async def test_admin_api_fails_closed_without_auth(tmp_path: Path) -> None:
 
 
 async def test_upgrades_are_shed_while_the_event_loop_is_late(tmp_path: Path) -> None:
-    cfg = load_config(
-        overrides={
-            "data_dir": str(tmp_path),
-            "server.ws_port": 0,
-            "server.admin_port": 0,
-            "auth.enabled": False,
-            "simulator.rate": 500,
-            "server.admission_max_lag_ms": 100,
-        }
-    )
+    cfg = node_config(tmp_path, {"simulator.rate": 500, "server.admission_max_lag_ms": 100})
     node = Node(cfg)
     await node.start()
     url = f"ws://127.0.0.1:{node.ws_port}/"

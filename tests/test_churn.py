@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from monotape.config import load_config
 from monotape.invariants import (
     InvariantMonitor,
     InvariantResult,
@@ -22,6 +21,7 @@ from monotape.platform.churn import (
     run_churn,
 )
 from monotape.platform.node import Node
+from tests.conftest import node_config
 
 
 @pytest.mark.parametrize(
@@ -54,17 +54,7 @@ async def test_run_churn_refuses_before_connecting() -> None:
 @pytest.mark.e2e
 @pytest.mark.slow
 async def test_churn_leaves_a_clean_server_and_the_invariants_hold(tmp_path: Path) -> None:
-    node = Node(
-        load_config(
-            overrides={
-                "data_dir": str(tmp_path),
-                "auth.enabled": False,  # auth has its own tests
-                "server.ws_port": 0,
-                "server.admin_port": 0,
-                "simulator.rate": 3000,
-            }
-        )
-    )
+    node = Node(node_config(tmp_path, {"simulator.rate": 3000}))
     await node.start()
     server = node.server
     trips: list[InvariantResult] = []

@@ -11,24 +11,21 @@ from pathlib import Path
 import pytest
 import websockets
 
-from monotape.config import load_config
 from monotape.platform.node import Node
 from monotape.platform.sdk import TerminalClient
+from tests.conftest import node_config
 
 
 @pytest.fixture
 async def node(tmp_path: Path) -> AsyncIterator[Node]:
-    cfg = load_config(
-        overrides={
-            "data_dir": str(tmp_path),
-            "auth.enabled": False,  # auth has its own tests; this one is about teardown
-            "server.ws_port": 0,
-            "server.admin_port": 0,
+    cfg = node_config(
+        tmp_path,
+        {
             "simulator.rate": 8000,
             "server.write_high_water": 2048,
             "server.so_sndbuf": 4096,
             "server.slow_consumer_kick_s": 1.0,
-        }
+        },
     )
     n = Node(cfg)
     await n.start()
@@ -151,15 +148,7 @@ async def test_write_error_and_teardown_twice(node: Node) -> None:
 async def test_server_shutdown(tmp_path: Path, drain_on_stop: bool, reason: str) -> None:
     """A stop drains (staggered, reason "drain") unless told not to; either way every terminal
     gets 1001 with a reconnect hint and every index ends empty."""
-    cfg = load_config(
-        overrides={
-            "data_dir": str(tmp_path),
-            "server.ws_port": 0,
-            "server.admin_port": 0,
-            "auth.enabled": False,
-            "server.drain_on_stop": drain_on_stop,
-        }
-    )
+    cfg = node_config(tmp_path, {"server.drain_on_stop": drain_on_stop})
     n = Node(cfg)
     await n.start()
     clients = [await subscribed_client(n) for _ in range(3)]
