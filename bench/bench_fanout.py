@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
 import contextlib
 import json
 import os
@@ -47,11 +46,12 @@ import threading
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 
 from bench.common import median_min_max, pin_to_cpu, raise_nofile, row
+from bench.wsclient import CountingClient, Counts, client_frame
 
 __all__ = ["Workload", "run"]
 
@@ -439,119 +439,6 @@ async def _serve(args: argparse.Namespace) -> None:
 # --- the load client --------------------------------------------------------------------------
 
 
-class _Counts:
-    __slots__ = ("bytes", "closed", "msgs", "open")
-
-    def __init__(self) -> None:
-        self.bytes = 0
-        self.msgs = 0
-        self.open = 0
-        self.closed = 0
-
-
-def _client_frame(opcode: int, payload: bytes) -> bytes:
-    """A masked client frame with an all-zero masking key (the payload is sent as is)."""
-    n = len(payload)
-    if n < 126:
-        head = bytes((0x80 | opcode, 0x80 | n))
-    elif n < 0x10000:
-        head = bytes((0x80 | opcode, 0x80 | 126)) + n.to_bytes(2, "big")
-    else:
-        head = bytes((0x80 | opcode, 0x80 | 127)) + n.to_bytes(8, "big")
-    return head + b"\x00\x00\x00\x00" + payload
-
-
-class _CountingClient(asyncio.Protocol):
-    """Raw-socket WebSocket client: handshake, one subscribe, then count bytes and messages."""
-
-    def __init__(self, counts: _Counts, host: str, subscribe: bytes, done: asyncio.Future[bool]):
-        self.counts = counts
-        self.host = host
-        self.subscribe = subscribe
-        self.done = done
-        self.transport: asyncio.Transport | None = None
-        self.handshake = b""
-        self.is_open = False
-        self.skip = 0  # payload bytes of the current message still to arrive
-        self.partial = b""  # an incomplete frame header
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
-        key = base64.b64encode(os.urandom(16)).decode()
-        self.transport.write(
-            (
-                f"GET / HTTP/1.1\r\nHost: {self.host}\r\nUpgrade: websocket\r\n"
-                f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n"
-                "Sec-WebSocket-Version: 13\r\n\r\n"
-            ).encode()
-        )
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        if self.is_open:
-            self.counts.closed += 1
-        if not self.done.done():
-            self.done.set_result(False)
-
-    def data_received(self, data: bytes) -> None:
-        self.counts.bytes += len(data)
-        if not self.is_open:
-            self.handshake += data
-            end = self.handshake.find(b"\r\n\r\n")
-            if end < 0:
-                return
-            head, data = self.handshake[:end], self.handshake[end + 4 :]
-            self.handshake = b""
-            assert self.transport is not None
-            if not head.startswith(b"HTTP/1.1 101"):
-                self.transport.abort()
-                return
-            self.is_open = True
-            self.counts.open += 1
-            self.transport.write(self.subscribe)
-            if not self.done.done():
-                self.done.set_result(True)
-            if not data:
-                return
-        n = len(data)
-        skip = self.skip
-        if skip >= n:
-            self.skip = skip - n
-            return
-        if self.partial:
-            data = self.partial + data
-            self.partial = b""
-            n = len(data)
-        pos = skip
-        msgs = 0
-        while n - pos >= 2:
-            b0 = data[pos]
-            ln = data[pos + 1] & 0x7F
-            hl = 2
-            if ln == 126:
-                if n - pos < 4:
-                    break
-                ln = int.from_bytes(data[pos + 2 : pos + 4], "big")
-                hl = 4
-            elif ln == 127:
-                if n - pos < 10:
-                    break
-                ln = int.from_bytes(data[pos + 2 : pos + 10], "big")
-                hl = 10
-            op = b0 & 0x0F
-            if op <= 2:
-                if b0 & 0x80:
-                    msgs += 1
-            elif op == 9 and pos + hl + ln <= n and self.transport is not None:
-                self.transport.write(_client_frame(0xA, data[pos + hl : pos + hl + ln]))
-            pos += hl + ln
-        self.counts.msgs += msgs
-        if pos >= n:
-            self.skip = pos - n
-        else:
-            self.partial = data[pos:]
-            self.skip = 0
-
-
 async def _client(args: argparse.Namespace) -> None:
     import psutil
 
@@ -559,18 +446,18 @@ async def _client(args: argparse.Namespace) -> None:
 
     work = Workload(args.connections)
     loop = asyncio.get_running_loop()
-    counts = _Counts()
+    counts = Counts()
     gate = asyncio.Semaphore(64)
     host = f"127.0.0.1:{args.port}"
-    protocols: list[_CountingClient] = []
+    protocols: list[CountingClient] = []
 
     async def connect(i: int) -> bool:
-        sub = _client_frame(0x2, encode_request(Subscribe(req=i + 1, keys=work.watchlists[i])))
+        sub = client_frame(0x2, encode_request(Subscribe(req=i + 1, keys=work.watchlists[i])))
         async with gate:
             done: asyncio.Future[bool] = loop.create_future()
             try:
                 _, proto = await loop.create_connection(
-                    lambda: _CountingClient(counts, host, sub, done), "127.0.0.1", args.port
+                    lambda: CountingClient(counts, host, sub, done), "127.0.0.1", args.port
                 )
             except OSError:
                 return False

@@ -2,36 +2,42 @@
 
 The bench starts ``monotape run`` with ``bench.bench_storm.start_server`` (loopback, fresh data
 directory, pinned to CPU 0 from its first instruction) at ``--rate 120000`` (full) or
-``--rate 20000`` (quick), and holds a steady population of terminals with
-``monotape.platform.load.run_load`` from load workers pinned to CPU 1 (``bench_storm._affinity``
-in the thread that starts them: the 'spawn' workers inherit it). Every watchlist is exactly 40
-symbols, drawn Zipf by the harness.
+``--rate 20000`` (quick), and holds a steady population of terminals with the byte-counting
+raw-socket client of ``bench/wsclient.py`` in separate processes pinned to CPU 1 (the
+``websockets`` client costs ~15-25 µs per message: at 4,200 x 25 Hz it would be the
+bottleneck; this one reports its own CPU). Every watchlist is exactly 40 symbols, drawn Zipf
+(``watchlists.zipf_watchlists`` over the default simulator's universe); one terminal in
+``PRIORITY_EVERY`` also puts one of its symbols in an order ticket (``SetPriority``).
 
-The trace: a linear ramp (the same number of connects every second; full 4,200 over 10 s = 420/s,
-well under the admission bucket's 1,200/s, so nothing is refused), then no connects and no
-disconnects until the trace ends, when every terminal closes gracefully. Once the last arrival
-second has passed (plus 1 s to settle), the measurement window starts: full 40 s, quick 12 s
-(the interval logs rotate every 10 s, so at least two rotations). At its end, with the
-terminals still connected, the bench reads (admin token):
+The trace: a linear ramp (full 4,200 over 10 s = 420/s, under the admission bucket's
+1,200/s), then no connects and no disconnects; a refused upgrade (503: the node sheds upgrades
+while its loop runs late) retries after 1 s. ``SETTLE_S`` after the ramp (the node refreezes
+the heap once connections settle: ``gc_policy``), the measurement window starts: full 40 s,
+quick 12 s (at least two 10 s rotations). At its end, with the terminals still connected, the
+bench reads (admin token):
 
 - ``GET /admin/latency?stage=S&window=1m`` for decode, sequence, conflate, encode, write, glass,
-  hydrate: one row per stage, value = p99 (ms), note with p50 / p99.9 / max / count. The minute
-  covers the ramp as well as the window, and the last (unrotated, < 10 s) interval is not in it.
-  ``glass`` is RTT/2 of timed pings: an upper bound, not a one-way figure.
+  hydrate, priority: one row per stage, value = p99 (ms), note with p50 / p99.9 / max / count.
+  The minute covers the ramp as well as the window, and the last (unrotated, < 10 s) interval
+  is not in it. ``glass`` is RTT/2 of timed pings: an upper bound, not a one-way figure.
+  ``priority`` is admitted -> handed to the kernel, per (tick, order-ticket terminal).
 - ``end to end (server side)``: the sum of the five pipeline stages' p99s (decode .. write), an
   explicit UPPER BOUND: p99s do not add (the slow ticks of one stage are not those of another).
-- ``GET /admin/gc`` at the window's start and end: gen-2 collections per minute (delta / window)
-  and the longest gen-2 pause that started inside the window.
-- ``/metrics`` scraped every second by the bench (the harness's own scraper is off, so nobody
-  else resets ``monotape_event_loop_lag_max_seconds``, a max since the last scrape): the worst
-  loop lag inside the window and ``process_resident_memory_bytes`` at its end.
+- ``GET /admin/gc`` at the window's start and end: gen-2 collections per minute, the longest
+  gen-2 pause that started inside the window, and GC-tracked allocations per second (gen-0
+  collections x threshold[0]: net of frees, a lower bound).
+- ``/metrics`` scraped every second by the bench (nobody else resets
+  ``monotape_event_loop_lag_max_seconds``, a max since the last scrape): the worst loop lag
+  inside the window and ``process_resident_memory_bytes`` at its end.
+- The clients' own counts over the window: FRAME messages per terminal per second (25 when
+  every boundary reaches every terminal), PRIORITY messages per second, ERROR messages; the
+  server's and the clients' CPU seconds per second (psutil).
 
 The peer, in the same run on a fresh server with the same ``--rate``: 10x fewer terminals
 (420 full / 20 quick) with the same ramp length and window. Loaded rows carry
 ratio = loaded / light; the light rows carry ratio 1.
 
-Not measured: the priority path has no histogram of its own (its frames land in the same
-``write`` stage); the one-way client latency (only RTT/2 via ``glass``); anything past loopback.
+Not measured: the one-way client latency (only RTT/2 via ``glass``); anything past loopback.
 
     .venv/bin/python -m bench.bench_latency [--quick]
 """
@@ -41,6 +47,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
+import random
+import subprocess
 import sys
 import tempfile
 import threading
@@ -50,14 +59,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psutil
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench import bench_storm
-from bench.bench_storm import LOAD_CPU, SERVER_CPU, Server, _affinity, _can_pin, _mint, start_server
+from bench.bench_storm import (
+    LOAD_CPU,
+    ROOT,
+    SERVER_CPU,
+    Server,
+    _can_pin,
+    _mint,
+    start_server,
+)
 from bench.common import raise_nofile, row
+from bench.wsclient import KINDS, client_frame
 from monotape.histograms import ALL_STAGES, STAGES
 from monotape.metric_names import CONNECTIONS, EVENT_LOOP_LAG_MAX
-from monotape.platform.load import LoadConfig, LoadReport, SizeWeight, Trace, run_load
+from monotape.platform.codec import Kind
+from monotape.platform.feeds.simulator import build_universe
+from monotape.platform.requests import SetPriority, Subscribe, encode_request
+from monotape.platform.watchlists import zipf_watchlists
 
 __all__ = ["run"]
 
@@ -71,13 +93,16 @@ class Size:
     terminals: int
     ramp_s: int
     window_s: int
-    processes: int
+    processes: int  # load-client processes, all on LOAD_CPU
 
 
 FULL = Size(rate=120_000, terminals=4_200, ramp_s=10, window_s=40, processes=2)
 QUICK = Size(rate=20_000, terminals=200, ramp_s=3, window_s=12, processes=1)
-SLACK_S = 6  # trace seconds after the window: room for the reads, terminals still connected
-SETTLE_S = 1.0
+PRIORITY_EVERY = 50  # one terminal in 50 has an order ticket open on one of its symbols
+SLACK_S = 6  # after the window: room for the reads, terminals still connected
+SETTLE_S = 4.0  # after the ramp: the node refreezes once connections settle (2 s), then the window
+START_S = 2.0  # the client processes start and import before the first connect
+SEED = 1
 
 
 @contextlib.contextmanager
@@ -91,17 +116,21 @@ def _rate(rate: int) -> Iterator[None]:
         bench_storm.RATE = before
 
 
-def steady_trace(terminals: int, ramp_s: int, hold_s: int) -> Trace:
-    """``terminals`` connecting evenly over ``ramp_s`` seconds, then held to the end."""
-    per = [terminals // ramp_s + (1 if k < terminals % ramp_s else 0) for k in range(ramp_s)]
-    connects = [*per, *([0] * hold_s)]
-    return Trace(
-        name=f"steady-{terminals}x{WATCHLIST}",
-        connects=connects,
-        disconnects=[0] * len(connects),
-        cardinality=[SizeWeight(WATCHLIST, 1.0)],
-        abrupt_fraction=0.0,
-    )
+def terminal_requests(terminals: int, seed: int = SEED) -> list[bytes]:
+    """Each terminal's requests as client frames: a 40-symbol Zipf watchlist (the default
+    simulator's universe, as ``monotape run`` builds it) and, for one in ``PRIORITY_EVERY``,
+    an order ticket on one of its symbols."""
+    keys = [inst.key for inst in build_universe()]
+    lists = zipf_watchlists(keys, terminals, seed, size_range=(WATCHLIST, WATCHLIST))
+    rng = random.Random(seed)
+    out = []
+    for i, wl in enumerate(lists):
+        frames = client_frame(0x2, encode_request(Subscribe(req=1, keys=wl)))
+        if i % PRIORITY_EVERY == 0:
+            ticket = SetPriority(req=2, keys=[rng.choice(wl)])
+            frames += client_frame(0x2, encode_request(ticket))
+        out.append(frames)
+    return out
 
 
 class _Metrics(threading.Thread):
@@ -137,6 +166,68 @@ class _Metrics(threading.Thread):
             self.sample()
 
 
+class _Clients:
+    """The load-client processes (``python -m bench.wsclient``), pinned to LOAD_CPU."""
+
+    def __init__(self, port: int, path: str, requests: list[bytes], at: float, size: Size):
+        self.procs: list[subprocess.Popen[str]] = []
+        pin = _can_pin(SERVER_CPU, LOAD_CPU)
+        until = at + size.ramp_s + SETTLE_S + size.window_s + SLACK_S
+        for k in range(size.processes):
+            mine = range(k, len(requests), size.processes)
+            job = {
+                "port": port,
+                "path": path,
+                "until": until,
+                "terminals": [
+                    {"at": at + size.ramp_s * i / len(requests), "requests": requests[i].hex()}
+                    for i in mine
+                ],
+            }
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "bench.wsclient"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+                cwd=ROOT,
+                preexec_fn=(lambda: os.sched_setaffinity(0, {LOAD_CPU})) if pin else None,
+            )
+            assert proc.stdin is not None
+            proc.stdin.write(json.dumps(job) + "\n")
+            proc.stdin.flush()
+            self.procs.append(proc)
+
+    def sample(self) -> dict[str, Any]:
+        """Every process's counts, summed (the kinds element-wise); failures joined."""
+        for p in self.procs:
+            assert p.stdin is not None
+            p.stdin.write("sample\n")
+            p.stdin.flush()
+        total: dict[str, Any] = {"kinds": [0] * KINDS, "failures": []}
+        for p in self.procs:
+            assert p.stdout is not None
+            snap = json.loads(p.stdout.readline())
+            for key in ("cpu_s", "bytes", "msgs", "open", "closed", "live"):
+                total[key] = total.get(key, 0) + snap[key]
+            total["kinds"] = [a + b for a, b in zip(total["kinds"], snap["kinds"], strict=True)]
+            total["failures"] += snap["failures"]
+        total["t"] = time.monotonic()
+        return total
+
+    def close(self) -> None:
+        for p in self.procs:
+            with contextlib.suppress(OSError):
+                assert p.stdin is not None
+                p.stdin.write("close\n")
+                p.stdin.close()
+        for p in self.procs:
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait(5)
+
+
 @dataclass
 class Outcome:
     variant: str
@@ -145,11 +236,18 @@ class Outcome:
     gen2_per_min: float
     gen2_max_ms: float
     gen2_collections: int
+    gen0_per_s: float
+    allocs_per_s: float  # GC-tracked objects, net: gen-0 collections x threshold[0]
     lag_max_ms: float
     rss_mb: float
     connections: float
     window_s: float
-    report: LoadReport | None
+    frames_per_terminal_s: float  # FRAME messages a terminal received per second
+    priority_per_s: float  # PRIORITY messages, all terminals
+    errors_received: int  # ERROR messages (a refused request)
+    server_cpu: float  # CPU seconds per second over the window (1.0 = one core)
+    client_cpu: float
+    client_processes: int
     pinned: str
     errors: list[str] = field(default_factory=list)
 
@@ -158,81 +256,62 @@ def _gc(server: Server, token: str) -> dict[str, Any]:
     return dict(json.loads(server.http("/admin/gc?recent=10000", token))["gc"])
 
 
+def _cpu(pid: int) -> float:
+    c = psutil.Process(pid).cpu_times()
+    return float(c.user + c.system)
+
+
 def measure(size: Size, terminals: int, variant: str, log: Any) -> Outcome:
     pin = _can_pin(SERVER_CPU, LOAD_CPU)
-    hold = int(SETTLE_S) + size.window_s + SLACK_S
-    trace = steady_trace(terminals, size.ramp_s, hold)
-    result: dict[str, Any] = {}
+    requests = terminal_requests(terminals)
     errors: list[str] = []
     with tempfile.TemporaryDirectory(prefix="bench-latency-") as tmp:
         data_dir = Path(tmp)
         with _rate(size.rate):
             server = start_server(data_dir, {}, cpu=SERVER_CPU if pin else None)
         scraper = _Metrics(server)
-        loader: threading.Thread | None = None
+        clients: _Clients | None = None
         try:
             token, admin = _mint(data_dir, admin=False), _mint(data_dir, admin=True)
-            cfg = LoadConfig(
-                processes=size.processes,
-                admin_url=None,  # the bench scrapes /metrics itself (see _Metrics)
-                drain_s=5.0,
-                open_timeout_s=10.0,
-                start_timeout_s=30.0,
-                seed=1,
-            )
-            url = f"ws://127.0.0.1:{server.ws_port}/?token={token}"
-
-            def load() -> None:
-                try:  # sched_setaffinity(0) pins this thread; the workers it spawns inherit it
-                    with _affinity(LOAD_CPU if pin else None):
-                        result["report"] = run_load(url, trace, cfg, progress=None)
-                except Exception as exc:  # reported in the rows' note, not swallowed
-                    errors.append(f"{type(exc).__name__}: {exc}")
-
             scraper.start()
-            loader = threading.Thread(target=load, name="bench-latency-load", daemon=True)
-            loader.start()
-            # The trace starts when the first terminal connects (workers spawn first).
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline and loader.is_alive():
-                s = scraper.samples[-1] if scraper.samples else None
-                if s and s[3] >= 1:
-                    break
-                time.sleep(0.2)
-            first = time.monotonic()
-            time.sleep(size.ramp_s + SETTLE_S)
-            w0 = time.monotonic()
+            first = time.monotonic() + START_S
+            clients = _Clients(server.ws_port, f"/?token={token}", requests, first, size)
+            time.sleep(max(0.0, first + size.ramp_s + SETTLE_S - time.monotonic()))
             w0_wall_ms = int(time.time() * 1000)
-            gc0 = _gc(server, admin)
+            gc0, cpu0, c0 = _gc(server, admin), _cpu(server.proc.pid), clients.sample()
+            w0 = c0["t"]
             time.sleep(size.window_s)
-            w1 = time.monotonic()
             w1_wall_ms = int(time.time() * 1000)
-            gc1 = _gc(server, admin)
+            gc1, cpu1, c1 = _gc(server, admin), _cpu(server.proc.pid), clients.sample()
+            w1 = c1["t"]
             stages = {
                 st: dict(json.loads(server.http(f"/admin/latency?stage={st}&window=1m", admin)))
                 for st in ALL_STAGES
             }
             last = scraper.sample()
-            log(f"  {variant}: window began {w0 - first:.1f} s after the first connect")
         finally:
             scraper.stop.set()
-            if loader is not None:
-                loader.join(hold + size.ramp_s + 60)
+            if clients is not None:
+                clients.close()
             rc = server.stop()
             if rc not in (0, None):
                 log(f"  {variant}: monotape run exited {rc}; last lines:")
                 for line in server.output[-5:]:
                     log("    " + line.rstrip())
-    minutes = (w1 - w0) / 60
-    g0, g1 = gc0["generations"]["2"], gc1["generations"]["2"]
-    n2 = int(g1["collections"] - g0["collections"])
+    window = w1 - w0
+    minutes = window / 60
+    g0, g1 = gc0["generations"], gc1["generations"]
+    n2 = int(g1["2"]["collections"] - g0["2"]["collections"])
+    gen0 = int(g1["0"]["collections"] - g0["0"]["collections"])
     in_window = [
         p["duration_ns"] / 1e6
         for p in gc1["recent"]
         if p["generation"] == 2 and w0_wall_ms <= p["start_ms"] < w1_wall_ms
     ]
     lags = [s[1] for s in scraper.samples if w0 <= s[0] <= w1 + 0.5]
-    report = result.get("report")
+    live = max(1, min(c0["live"], c1["live"]))
+    kinds = [b - a for a, b in zip(c0["kinds"], c1["kinds"], strict=True)]
+    errors += c1["failures"][:3]
     out = Outcome(
         variant=variant,
         terminals=terminals,
@@ -240,25 +319,33 @@ def measure(size: Size, terminals: int, variant: str, log: Any) -> Outcome:
         gen2_per_min=n2 / minutes if minutes > 0 else 0.0,
         gen2_max_ms=max(in_window, default=0.0),
         gen2_collections=n2,
+        gen0_per_s=gen0 / window,
+        allocs_per_s=gen0 * gc1["threshold"][0] / window,
         lag_max_ms=max(lags, default=0.0) * 1000,
         rss_mb=(last[2] if last else 0.0) / 2**20,
         connections=last[3] if last else 0.0,
-        window_s=w1 - w0,
-        report=report,
+        window_s=window,
+        frames_per_terminal_s=kinds[Kind.FRAME] / live / window,
+        priority_per_s=kinds[Kind.PRIORITY] / window,
+        errors_received=kinds[Kind.ERROR],
+        server_cpu=(cpu1 - cpu0) / window,
+        client_cpu=(c1["cpu_s"] - c0["cpu_s"]) / window,
+        client_processes=size.processes,
         pinned=(
-            f"server on CPU {SERVER_CPU}, load workers on CPU {LOAD_CPU}"
+            f"server on CPU {SERVER_CPU}, load clients on CPU {LOAD_CPU}"
             if pin
             else "not pinned (CPUs 0 and 1 not both available)"
         ),
-        errors=errors + (list(report.error_samples[:3]) if report else []),
+        errors=errors,
     )
-    r = report
     log(
         f"  {variant}: {out.connections:.0f} connected at the window's end, "
-        f"write p99 {stages['write'].get('p99_us', 0) / 1000:.3f} ms, "
+        f"{out.frames_per_terminal_s:.1f} frames/s per terminal, "
+        f"{out.priority_per_s:.0f} priority/s, server CPU {out.server_cpu:.2f}, "
+        f"client CPU {out.client_cpu:.2f}, write p99 "
+        f"{stages['write'].get('p99_us', 0) / 1000:.3f} ms, "
         f"gen2 {out.gen2_collections} ({out.gen2_max_ms:.2f} ms max), lag max "
-        f"{out.lag_max_ms:.1f} ms, rss {out.rss_mb:.0f} MiB, "
-        + (f"{r.connected}/{r.scheduled} connected, 503s {r.rejected_503}" if r else "no report")
+        f"{out.lag_max_ms:.1f} ms, rss {out.rss_mb:.0f} MiB, allocs {out.allocs_per_s:,.0f}/s"
     )
     return out
 
@@ -277,7 +364,6 @@ def _ratio(a: float, b: float | None) -> float | None:
 def _rows(o: Outcome, peer: Outcome | None, size: Size) -> list[dict[str, Any]]:
     tag = f"{o.variant}, {o.terminals:,} x {WATCHLIST} sym, --rate {size.rate:,}"
     peer_name = f"{peer.variant}, {peer.terminals:,} terminals" if peer else ""
-    r = o.report
     held = o.connections >= 0.95 * o.terminals
     common = (
         (
@@ -287,13 +373,11 @@ def _rows(o: Outcome, peer: Outcome | None, size: Size) -> list[dict[str, Any]]:
             "at the window's end): these figures are NOT the steady-state record; "
         )
         + f"{o.pinned}; window {o.window_s:.0f} s after a {size.ramp_s} s ramp; "
-        f"{o.connections:,.0f} connected at the window's end"
-        + (
-            f"; load: {r.connected:,}/{r.scheduled:,} connected, 503s {r.rejected_503}, "
-            f"connect failures {r.connect_failures}, lost {r.lost}, errors {r.errors}"
-            if r
-            else "; load report missing"
-        )
+        f"{o.connections:,.0f} connected at the window's end; "
+        f"{o.frames_per_terminal_s:.1f} frames/s per terminal (25 at full speed); "
+        f"server CPU {o.server_cpu:.2f}, load client CPU {o.client_cpu:.2f} "
+        f"({o.client_processes} process(es) on one core)"
+        + (f"; {o.errors_received} ERROR messages received" if o.errors_received else "")
         + (f"; errors: {' | '.join(o.errors)}" if o.errors else "")
     )
 
@@ -398,6 +482,67 @@ def _rows(o: Outcome, peer: Outcome | None, size: Size) -> list[dict[str, Any]]:
             ),
         )
     )
+    table = [
+        (
+            "latency: frames per terminal",
+            o.frames_per_terminal_s,
+            peer.frames_per_terminal_s if peer else None,
+            "/s",
+            "FRAME messages the load clients counted over the window / terminals connected "
+            "/ seconds: 25 when every 40 ms boundary reaches every terminal; fewer when the "
+            "server skipped boundaries (conflation absorbs them: later, never older)",
+        ),
+        (
+            "latency: priority updates delivered",
+            o.priority_per_s,
+            peer.priority_per_s if peer else None,
+            "/s",
+            f"PRIORITY messages over the window, all terminals (one terminal in "
+            f"{PRIORITY_EVERY} has one symbol of its watchlist in an order ticket)",
+        ),
+        (
+            "latency: server CPU",
+            o.server_cpu,
+            peer.server_cpu if peer else None,
+            "cores",
+            "psutil user+system seconds of the monotape run process over the window / window "
+            "(1.00 = the one core it is pinned to is saturated)",
+        ),
+        (
+            "latency: load client CPU",
+            o.client_cpu,
+            peer.client_cpu if peer else None,
+            "cores",
+            f"bench/wsclient.py, {o.client_processes} process(es) on one core, its own "
+            "user+system seconds / window"
+            + (
+                ": THE LOAD CLIENT WAS NEAR SATURATION, figures may understate the server"
+                if o.client_cpu > 0.9
+                else ": not the bottleneck"
+            ),
+        ),
+        (
+            "latency: GC-tracked allocations (net)",
+            o.allocs_per_s,
+            peer.allocs_per_s if peer else None,
+            "/s",
+            f"gen-0 collections over the window x threshold[0] ({o.gen0_per_s:,.0f} "
+            "collections/s): container objects allocated minus freed between collections, a "
+            "lower bound on the allocation rate (bytes, strings and ints are not counted)",
+        ),
+    ]
+    for label, value, peer_value, unit, note in table:
+        rows.append(
+            row(
+                label,
+                tag,
+                value,
+                unit,
+                ratio=ratio(value, peer_value),
+                peer=peer_name,
+                note=f"{note}; {common}",
+            )
+        )
     return rows
 
 

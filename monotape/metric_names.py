@@ -25,6 +25,8 @@ __all__ = [
     "GAP_SNAPSHOTS",
     "GC_FROZEN_OBJECTS",
     "GC_PAUSE",
+    "GC_RECLAIMS",
+    "GC_REFREEZES",
     "INDEX_ENTRIES",
     "INVARIANT_CHECK_SECONDS",
     "INVARIANT_VIOLATION",
@@ -68,6 +70,8 @@ ASYNCIO_TASKS = "monotape_asyncio_tasks"
 EVENT_LOOP_LAG = "monotape_event_loop_lag_seconds"
 EVENT_LOOP_LAG_MAX = "monotape_event_loop_lag_max_seconds"  # max since the last scrape
 GC_FROZEN_OBJECTS = "monotape_gc_frozen_objects"
+GC_REFREEZES = "monotape_gc_refreezes_total"  # counter: gc.freeze() after connections settled
+GC_RECLAIMS = "monotape_gc_reclaims_total"  # counter: unfreeze + full collect + freeze
 DISCONNECTS = "monotape_disconnects_total"  # {reason}
 # The NATS tick bus's own counters: <prefix><counter>_total and two gauges (bus_nats.py lists
 # the counters: published/sent/dropped/received batches and ticks, decode/sink errors, slow

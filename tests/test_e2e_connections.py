@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import statistics
 import time
@@ -15,6 +16,7 @@ from monotape import metric_names as m
 from monotape.platform import codec
 from monotape.platform.requests import Subscribe, encode_request
 from monotape.platform.sdk import Quote, ServerError, TerminalClient
+from tests.conftest import mint
 
 pytestmark = [pytest.mark.e2e]
 
@@ -96,7 +98,8 @@ async def test_slow_consumer_is_bounded_gets_a_snapshot_and_others_keep_their_ra
 
 
 async def test_priority_updates_arrive_between_frame_boundaries(server_factory: type) -> None:
-    server = server_factory.start("--rate", "20000")
+    # 1 s histogram intervals, so the priority stage can be read back within the test.
+    server = server_factory.start("--rate", "20000", env={"MONOTAPE_SERVER__HDR_INTERVAL_S": "1"})
     keys = await _keys(server.url)
     clock = FrameClock()
     frame_times: list[float] = []
@@ -141,6 +144,21 @@ async def test_priority_updates_arrive_between_frame_boundaries(server_factory: 
             ahead.append(later[0] - t)
     assert statistics.median(ahead) > 0.040 / 8, "priority updates arrive with the frames"
     assert client.stats.regressions == 0
+
+    # Each priority update this terminal received was one priority write (admitted → handed to
+    # the kernel) in the `priority` stage, once a rotation has closed the interval holding it.
+    admin = mint(server.data_dir, admin=True)
+    received = client.stats.priority
+    deadline = time.monotonic() + 10.0
+    while True:
+        body = json.loads(server.http("/admin/latency?stage=priority&window=1m", admin))
+        if body["count"] >= received or time.monotonic() > deadline:
+            break
+        await asyncio.sleep(0.5)
+    assert body["stage"] == "priority"
+    assert body["count"] >= received, f"{body['count']} priority values, {received} received"
+    assert body["count"] <= server.metric_sum(m.PRIORITY_UPDATES_SENT)
+    assert 0 < body["p99_us"] < 1_000_000, body
 
 
 async def test_bad_input_gets_clear_errors_and_hurts_no_one(server_factory: type) -> None:

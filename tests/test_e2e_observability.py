@@ -67,6 +67,7 @@ async def test_observability_end_to_end(server_factory: type) -> None:
     client = TerminalClient(server.url)
     hello = await client.connect()
     await client.subscribe([i.key for i in hello.instruments[:60]])
+    await client.set_priority([i.key for i in hello.instruments[:4]])  # an order ticket
 
     await asyncio.sleep(3)
     provoked = post(server, "/admin/gc/collect", admin)
@@ -107,7 +108,7 @@ async def test_observability_end_to_end(server_factory: type) -> None:
         base = name.removesuffix("_total")
         assert name in families or base in families, f"{name} missing from /metrics"
     stage_rows = [s for s in families[m.STAGE_LATENCY].samples]
-    assert {s.labels["stage"] for s in stage_rows} >= set(STAGES)
+    assert {s.labels["stage"] for s in stage_rows} >= {*STAGES, "priority"}
     assert {s.labels["quantile"] for s in stage_rows} == {"0.5", "0.99", "0.999", "1"}
 
     await client.close()
@@ -119,5 +120,6 @@ async def test_observability_end_to_end(server_factory: type) -> None:
     assert report_count(server.data_dir, "conflate") == stopped["ticks_framed"]
     assert report_count(server.data_dir, "encode") == stopped["ticks_framed"]
     assert report_count(server.data_dir, "write") == stopped["frame_writes"]
+    assert report_count(server.data_dir, "priority") == stopped["priority_writes"] > 0
     assert stopped["ticks_framed"] <= stopped["ticks_admitted"]
     assert re.search(r"gc_frozen", "".join(server.output))

@@ -26,7 +26,12 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import msgspec
-from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
 from monotape import metric_names as m
@@ -112,6 +117,8 @@ class GcMonitor:
         # One list per generation; the last slot is the overflow (+Inf) bucket.
         self._buckets = [[0] * (len(_BOUNDS_NS) + 1) for _ in range(n)]
         self.frozen_objects = 0  # as recorded by freeze_after_warmup()
+        self.freezes = 0  # refreeze() calls (gc_policy)
+        self.reclaims = 0  # reclaim() calls (gc_policy)
         self._callback = self._make_callback()
 
     # -- the callback --------------------------------------------------------------------------
@@ -206,6 +213,22 @@ class GcMonitor:
         self.frozen_objects = gc.get_freeze_count()
         return self.frozen_objects
 
+    def refreeze(self) -> int:
+        """``gc.freeze()`` without collecting first (``gc_policy``: after new connections
+        settled); returns the permanent generation's size."""
+        gc.freeze()
+        self.freezes += 1
+        return gc.get_freeze_count()
+
+    def reclaim(self) -> int:
+        """Unfreeze, collect everything, freeze again (``gc_policy``: frozen connections closed
+        and left their reference cycles behind); returns the objects freed."""
+        gc.unfreeze()
+        freed = gc.collect()
+        gc.freeze()
+        self.reclaims += 1
+        return freed
+
     # -- queries -------------------------------------------------------------------------------
     @property
     def dropped(self) -> int:
@@ -263,6 +286,8 @@ class GcMonitor:
             "pending": list(gc.get_count()),
             "frozen_objects": gc.get_freeze_count(),
             "frozen_at_warmup": self.frozen_objects,
+            "refreezes": self.freezes,
+            "reclaims": self.reclaims,
             "timeline_capacity": self.capacity,
             "timeline_dropped": self.dropped,
             "recent": [msgspec.structs.asdict(p) for p in tail],
@@ -302,3 +327,15 @@ class GcCollector(Collector):
                 "Objects in CPython's permanent generation (gc.freeze), never collected.",
                 value=gc.get_freeze_count(),
             )
+        refreezes = CounterMetricFamily(
+            m.GC_REFREEZES,
+            "gc.freeze() calls after new connections settled (gc_policy).",
+        )
+        refreezes.add_metric([], self._monitor.freezes)
+        yield refreezes
+        reclaims = CounterMetricFamily(
+            m.GC_RECLAIMS,
+            "Full collections that reclaimed the cycles of closed frozen connections (gc_policy).",
+        )
+        reclaims.add_metric([], self._monitor.reclaims)
+        yield reclaims

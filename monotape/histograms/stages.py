@@ -1,8 +1,9 @@
 """The stage names, in one place (issue 3).
 
 The five measured stages of the pipeline come first, in pipeline order; ``glass`` (terminal
-RTT/2 samples: an explicit upper bound on glass-to-glass latency) and ``hydrate`` are extra names
-the recorders, the log and the report accept like any other stage.
+RTT/2 samples: an explicit upper bound on glass-to-glass latency), ``hydrate`` and ``priority``
+(the order-ticket path: admitted → handed to the kernel) are extra names the recorders, the log
+and the report accept like any other stage.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 __all__ = ["ALL_STAGES", "EXTRA_STAGES", "STAGES", "check_stage"]
 
 STAGES: tuple[str, ...] = ("decode", "sequence", "conflate", "encode", "write")
-EXTRA_STAGES: tuple[str, ...] = ("glass", "hydrate")
+EXTRA_STAGES: tuple[str, ...] = ("glass", "hydrate", "priority")
 ALL_STAGES: tuple[str, ...] = STAGES + EXTRA_STAGES
 
 

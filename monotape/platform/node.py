@@ -15,6 +15,7 @@ import os
 import random
 import socket
 import threading
+import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -49,6 +50,7 @@ from monotape.platform.feeds.simulator import (
     build_universe,
     venues_with_update_ids,
 )
+from monotape.platform.gc_policy import FreezeAction, FreezePolicy
 from monotape.platform.looplag import LoopLagCollector, LoopLagMonitor
 from monotape.platform.metrics import (
     AuthCollector,
@@ -142,6 +144,7 @@ class Node:
             hydrate=self.stamps.recorders["hydrate"],
             glass=self.stamps.recorders["glass"] if cfg.server.glass_share > 0 else None,
             overloaded=self._overloaded if cfg.server.admission_max_lag_ms > 0 else None,
+            priority=self.stamps.prioritized,
         )
         self.bus.subscribe(self._on_ticks)
         self.registry = CollectorRegistry()
@@ -173,6 +176,12 @@ class Node:
         )
         # GC pauses and event-loop lag, overlaid on the latency timeline.
         self.gc_monitor = GcMonitor(clock=self.clock)
+        srv = cfg.server
+        self.gc_policy = FreezePolicy(
+            settle_s=srv.gc_refreeze_settle_s,
+            max_wait_s=srv.gc_refreeze_max_wait_s,
+            reclaim_closed=srv.gc_reclaim_closed,
+        )
         self.registry.register(GcCollector(self.gc_monitor, frozen_name=m.GC_FROZEN_OBJECTS))
         self.loop_lag = LoopLagMonitor(0.1)  # the real clock: a fake one would read no lag
         self.registry.register(LoopLagCollector(self.loop_lag, max_name=m.EVENT_LOOP_LAG_MAX))
@@ -244,11 +253,36 @@ class Node:
             offset = self.clock.wall_ns() - self.clock.now_ns()
             self.framed_ticks += self.stamps.framed(boundary, published, offset)
             self.stamps.written(np.asarray(self.server.write_latencies_ns, dtype=np.int64))
+            self.server.flush_priority()  # the priority writes since the last frame
+
+    def _opened_closed(self) -> tuple[int, int]:
+        stats = self.server.stats
+        return stats.connections_total, sum(stats.disconnects.values())
+
+    async def _gc_policy_loop(self) -> None:
+        """Freeze new connections once they settle; reclaim closed ones' cycles now and then
+        (monotape/platform/gc_policy.py says why)."""
+        while True:
+            await asyncio.sleep(1.0)
+            action = self.gc_policy.decide(self.clock.now_ns() / 1e9, *self._opened_closed())
+            if action is FreezeAction.FREEZE:
+                frozen = self.gc_monitor.refreeze()
+                log_event("gc_refrozen", frozen_objects=frozen)
+            elif action is FreezeAction.RECLAIM:
+                t0 = time.perf_counter()
+                freed = self.gc_monitor.reclaim()
+                log_event(
+                    "gc_reclaimed",
+                    freed=freed,
+                    pause_ms=round((time.perf_counter() - t0) * 1e3, 2),
+                    frozen_objects=gc.get_freeze_count(),
+                )
 
     async def _rotate_off_loop(self) -> None:
         """The 10 s rotation: swapping the histograms is quick and stays on the loop; encoding
         and writing the intervals (a few ms) runs in a thread, so it never delays a frame or a
         priority update. The spares are recycled once the write is done."""
+        self.server.flush_priority()  # priority writes since the last frame: this interval's
         wall = self.clock.wall_ns()
         intervals = self.stamps.rotate(wall // 1_000_000, wall - self.clock.now_ns())
         self._rotating = asyncio.ensure_future(
@@ -279,6 +313,7 @@ class Node:
 
     def rotate_histograms(self, *, final: bool = False) -> None:
         """Rotate on the loop, write in place: for a stop (``final``) and for tests."""
+        self.server.flush_priority()
         wall = self.clock.wall_ns()
         intervals = self.stamps.rotate(wall // 1_000_000, wall - self.clock.now_ns(), final=final)
         try:
@@ -343,6 +378,7 @@ class Node:
         await self._start_admin()
         if self.cfg.server.gc_freeze:
             log_event("gc_frozen", objects=self.gc_monitor.freeze_after_warmup())
+            self.gc_policy.start(*self._opened_closed())
         loop_tasks = [
             self.loop_lag.run(),
             self._pump_loop(),
@@ -353,6 +389,8 @@ class Node:
         ]
         if self.cfg.server.glass_share > 0:
             loop_tasks.append(self.server.glass_loop())
+        if self.cfg.server.gc_freeze and self.cfg.server.gc_refreeze:
+            loop_tasks.append(self._gc_policy_loop())
         if self.cfg.feeds.restart_every_s > 0 and self.handlers:
             loop_tasks.append(self._chaos_loop())
         self._tasks = [asyncio.create_task(t) for t in loop_tasks]
@@ -438,4 +476,5 @@ class Node:
             ticks_admitted=self.sequencer.admitted_total,
             ticks_framed=self.framed_ticks,
             frame_writes=self.server.stats.frame_writes,
+            priority_writes=self.server.stats.priority_writes,
         )

@@ -19,6 +19,7 @@ from collections import Counter
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from typing import Any
 
+import numpy as np
 import websockets
 from websockets.asyncio.server import Server, ServerConnection
 from websockets.exceptions import ConnectionClosed, ConnectionClosedOK
@@ -49,7 +50,7 @@ from monotape.platform.requests import (
 from monotape.platform.sequencer import Sequencer
 from monotape.platform.upgrade import UpgradeGate
 
-__all__ = ["FanoutServer", "FanoutStats", "SnapshotCache"]
+__all__ = ["PRIORITY_BUFFER", "FanoutServer", "FanoutStats", "SnapshotCache"]
 
 OPEN = State.OPEN
 
@@ -60,6 +61,9 @@ CLOSE_POLICY = 1008
 MAX_BAD_REQUESTS = 50  # then the connection is closed with 1008: a client this broken is a bug
 MAX_RATE_VIOLATIONS = 200  # a subscribe flood that ignores RATE_LIMITED errors
 ERROR_WINDOW_NS = 60 * 1_000_000_000  # both limits count errors within one minute
+# Priority write latencies held between frames; a burst that fills the buffer is handed on early.
+# Fixed at 4,096 int64 values (32 KiB) per process, whatever the burst.
+PRIORITY_BUFFER = 4096
 
 
 def _sampled(conn_id: int, share: float) -> bool:
@@ -110,6 +114,7 @@ class FanoutStats:
         self.connections_total = 0
         # by reason; both series exist from the start so a rate() over them never starts blank
         self.frame_writes = 0  # frames handed to the kernel straight from publish_frame
+        self.priority_writes = 0  # priority writes to the kernel, counted by flush_priority
 
 
 class FanoutServer:
@@ -124,11 +129,17 @@ class FanoutServer:
         hydrate: StageRecorder | None = None,
         glass: StageRecorder | None = None,
         overloaded: Callable[[], bool] | None = None,
+        priority: Callable[[np.ndarray], None] | None = None,
     ) -> None:
         self.cfg = cfg
         self.clock = clock
         self._hydrate = hydrate  # µs-resolution histogram of (re)subscription hydrations
         self._glass = glass  # RTT/2 samples of the glass cohort (an upper bound)
+        # Admitted → written latencies of priority writes, gathered in a fixed buffer (no
+        # allocation per value) and handed to ``priority`` in batches (``flush_priority``).
+        self._priority_sink = priority
+        self._priority_ns = np.empty(PRIORITY_BUFFER, dtype=np.int64)
+        self._priority_n = 0
         self.cohort: set[int] = set()  # connections sampled for glass pings
         self.sequencer = sequencer
         self.index = SubscriptionIndex()
@@ -624,19 +635,44 @@ class FanoutServer:
 
     def publish_priority(self, applied: Sequence[Tick]) -> None:
         """The order-ticket path: an admitted tick goes at once to the terminals that marked it,
-        encoded and framed once for all of them."""
+        encoded and framed once for all of them.
+
+        Each write handed to the kernel now gives one ``priority`` value, written time minus
+        ``tick.admitted_ns``; an update queued in a slow terminal's ring gives none (as for
+        ``write``: the ring holds bytes, not admitted times)."""
         index = self.index
         has_priority = index.has_priority
+        now_ns = self.clock.now_ns
+        latencies = self._priority_ns
         for tick in applied:
             if not has_priority(tick.iid):  # the common case: no order ticket holds it
                 continue
             targets = index.priority_connections(tick.iid)
             wire = codec.ws_binary_frame(codec.encode_priority(codec.encode_full_record(tick)))
+            admitted = tick.admitted_ns
             for cid in tuple(targets):
                 conn = self.connections.get(cid)
                 if conn is not None:
-                    self._deliver(conn, wire)
+                    if self._deliver(conn, wire):
+                        n = self._priority_n
+                        latencies[n] = now_ns() - admitted
+                        self._priority_n = n + 1
+                        if n + 1 == PRIORITY_BUFFER:  # bounded: a burst is handed on early
+                            self.flush_priority()
                     self.stats.priority_sent += 1
+
+    def flush_priority(self) -> int:
+        """Hand the priority latencies gathered since the last call to the ``priority`` sink
+        (the node calls it once per frame and before each rotation); returns how many. The array
+        the sink gets is a view of a reused buffer, valid during the call only."""
+        n = self._priority_n
+        if not n:
+            return 0
+        self._priority_n = 0
+        self.stats.priority_writes += n
+        if self._priority_sink is not None:
+            self._priority_sink(self._priority_ns[:n])
+        return n
 
     def publish_heartbeat(self, wall_ms: int) -> None:
         wire = codec.ws_binary_frame(codec.encode_heartbeat(self._last_frame_no, wall_ms))

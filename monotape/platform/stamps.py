@@ -1,4 +1,5 @@
-"""Stage latency stamps: a value for every tick at each of the five stages (DESIGN: stages).
+"""Stage latency stamps: a value for every tick at each of the five stages (DESIGN: stages),
+and for every priority write.
 
 Values are gathered per batch (a handler's drain, a bus batch, a frame) into numpy arrays and
 recorded with one vectorized call each (``StageRecorder.record_many_ns``), never per value:
@@ -11,10 +12,16 @@ per-value ``record_value()`` costs ~1 µs (MEASURED), too much at 190k ticks/s �
 | conflate   | admitted → the frame boundary that carries it | tick admitted (to its frame)  |
 | encode     | frame boundary → payloads encoded, published  | tick admitted (to its frame)  |
 | write      | published → handed to the kernel              | frame written to a connection |
+| priority   | admitted → handed to the kernel, no frame     | tick written to a connection  |
 
 ``write`` counts frames handed to the kernel straight from the fan-out; a frame that waited in a
 slow terminal's ring is counted in ``monotape_slow_consumer_drops_total`` / the ring gauges, not
-here (the ring holds bytes, not their publish time).
+here (the ring holds bytes, not their publish time). ``priority`` (the order-ticket path: an
+admitted tick sent at once to the connections that marked it) follows the same rule: a
+priority update queued in a slow terminal's ring has no value (it is still counted in
+``monotape_priority_updates_sent_total``). Its values are gathered by the server in a fixed
+buffer (``FanoutServer.flush_priority``) and handed here once per frame, before each rotation,
+and early whenever that buffer fills.
 
 ``decode`` subtracts the venue's wall clock from ours, so it is only as good as the clocks'
 agreement (negative values are clamped to 0 and counted). The rest is this host's monotonic
@@ -82,6 +89,7 @@ class StageStamps:
         self._conflate = _Batch(recorders["conflate"])
         self._encode = _Batch(recorders["encode"])
         self._write = _Batch(recorders["write"])
+        self._priority = _Batch(recorders["priority"])
         self._decoded: list[Sequence[Tick]] = []  # batches since the last frame
         self._admitted: list[Sequence[Tick]] = []
 
@@ -126,6 +134,11 @@ class StageStamps:
     def written(self, latencies_ns: np.ndarray) -> None:
         self._write.add(latencies_ns)
 
+    def prioritized(self, latencies_ns: np.ndarray) -> None:
+        """Admitted → written values of priority writes. ``latencies_ns`` is read during the call
+        only (copied into the batch): the server reuses its buffer."""
+        self._priority.add(latencies_ns)
+
     def rotate(
         self, wall_now_ms: int, wall_offset_ns: int, *, final: bool = False
     ) -> list[Interval]:
@@ -135,7 +148,14 @@ class StageStamps:
         first stages now and have no conflate or encode value."""
         if final:
             self._take(wall_offset_ns)
-        for batch in (self._decode, self._sequence, self._conflate, self._encode, self._write):
+        for batch in (
+            self._decode,
+            self._sequence,
+            self._conflate,
+            self._encode,
+            self._write,
+            self._priority,
+        ):
             batch.flush()
         return self.recorders.rotate_all(wall_now_ms)
 
