@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import random
@@ -54,7 +55,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -72,7 +73,7 @@ from bench.bench_storm import (
     _mint,
     start_server,
 )
-from bench.common import raise_nofile, row
+from bench.common import median_min_max, raise_nofile, row
 from bench.wsclient import KINDS, client_frame
 from monotape.histograms import ALL_STAGES, STAGES
 from monotape.metric_names import CONNECTIONS, EVENT_LOOP_LAG_MAX
@@ -94,10 +95,11 @@ class Size:
     ramp_s: int
     window_s: int
     processes: int  # load-client processes, all on LOAD_CPU
+    repeats: int = 1  # runs per variant (the table gives their median and min-max)
 
 
-FULL = Size(rate=120_000, terminals=4_200, ramp_s=10, window_s=40, processes=2)
-QUICK = Size(rate=20_000, terminals=200, ramp_s=3, window_s=12, processes=1)
+FULL = Size(rate=120_000, terminals=4_200, ramp_s=10, window_s=30, processes=2, repeats=3)
+QUICK = Size(rate=20_000, terminals=200, ramp_s=3, window_s=12, processes=1, repeats=1)
 PRIORITY_EVERY = 50  # one terminal in 50 has an order ticket open on one of its symbols
 SLACK_S = 6  # after the window: room for the reads, terminals still connected
 SETTLE_S = 4.0  # after the ramp: the node refreezes once connections settle (2 s), then the window
@@ -355,204 +357,211 @@ def _ms(body: dict[str, Any], key: str) -> float:
     return float(body.get(key, 0)) / 1000
 
 
-def _ratio(a: float, b: float | None) -> float | None:
-    if b is None or b == 0:
-        return None
-    return a / b
+def _stage(st: str) -> Callable[[Outcome], float]:
+    return lambda o: _ms(o.stages[st], "p99_us")
 
 
-def _rows(o: Outcome, peer: Outcome | None, size: Size) -> list[dict[str, Any]]:
-    tag = f"{o.variant}, {o.terminals:,} x {WATCHLIST} sym, --rate {size.rate:,}"
-    peer_name = f"{peer.variant}, {peer.terminals:,} terminals" if peer else ""
-    held = o.connections >= 0.95 * o.terminals
-    common = (
-        (
-            ""
-            if held
-            else f"POPULATION NOT HELD ({o.connections:,.0f}/{o.terminals:,} connected "
-            "at the window's end): these figures are NOT the steady-state record; "
-        )
-        + f"{o.pinned}; window {o.window_s:.0f} s after a {size.ramp_s} s ramp; "
-        f"{o.connections:,.0f} connected at the window's end; "
-        f"{o.frames_per_terminal_s:.1f} frames/s per terminal (25 at full speed); "
-        f"server CPU {o.server_cpu:.2f}, load client CPU {o.client_cpu:.2f} "
-        f"({o.client_processes} process(es) on one core)"
-        + (f"; {o.errors_received} ERROR messages received" if o.errors_received else "")
-        + (f"; errors: {' | '.join(o.errors)}" if o.errors else "")
-    )
-
-    def ratio(value: float, peer_value: float | None) -> float | None:
-        return _ratio(value, peer_value) if peer else 1.0
-
-    rows: list[dict[str, Any]] = []
-    for st in ALL_STAGES:
+def _stage_note(st: str) -> Callable[[Outcome], str]:
+    def note(o: Outcome) -> str:
         b = o.stages[st]
-        p = peer.stages[st] if peer else None
-        v = _ms(b, "p99_us")
+        return (
+            f"p50 {_ms(b, 'p50_us'):.3f} p99.9 {_ms(b, 'p999_us'):.3f} max {_ms(b, 'max_us'):.3f}"
+            f" ms n {int(b.get('count', 0)):,}"
+        )
+
+    return note
+
+
+def _e2e(o: Outcome) -> float:
+    return sum(_ms(o.stages[st], "p99_us") for st in STAGES)
+
+
+# (label, value of one run, unit, what the row is, per-run detail or None)
+Metric = tuple[str, Callable[[Outcome], float], str, str, Callable[[Outcome], str] | None]
+
+
+def _metrics() -> list[Metric]:
+    out: list[Metric] = []
+    for st in ALL_STAGES:
         label = "glass (RTT/2: an upper bound)" if st == "glass" else st
-        rows.append(
-            row(
-                f"latency: {label} p99",
-                tag,
-                v,
-                "ms",
-                lo=_ms(b, "p50_us"),
-                hi=_ms(b, "max_us"),
-                ratio=ratio(v, _ms(p, "p99_us") if p else None),
-                peer=peer_name,
-                note=(
-                    f"GET /admin/latency?stage={st}&window=1m (ramp + window; the last <10 s "
-                    f"interval not yet rotated): p50 {_ms(b, 'p50_us'):.3f} ms, p99.9 "
-                    f"{_ms(b, 'p999_us'):.3f} ms, max {_ms(b, 'max_us'):.3f} ms, count "
-                    f"{int(b.get('count', 0)):,}, intervals {b.get('intervals', 0)}"
-                    + (f"; peer p99 {_ms(p, 'p99_us'):.3f} ms" if p else "")
-                    + ("; RTT/2 of timed pings: an upper bound" if st == "glass" else "")
-                    + f"; {common}"
-                ),
+        what = (
+            f"GET /admin/latency?stage={st}&window=1m at the window's end (the ramp and the "
+            "window; the last <10 s interval not yet rotated)"
+            + ("; RTT/2 of timed pings: an upper bound" if st == "glass" else "")
+            + (
+                "; admitted -> handed to the kernel, per order-ticket terminal"
+                if st == "priority"
+                else ""
             )
         )
-    e2e = sum(_ms(o.stages[st], "p99_us") for st in STAGES)
-    e2e_peer = sum(_ms(peer.stages[st], "p99_us") for st in STAGES) if peer else None
-    rows.append(
-        row(
+        out.append((f"latency: {label} p99", _stage(st), "ms", what, _stage_note(st)))
+    out += [
+        (
             "latency: end to end (server side) p99",
-            tag,
-            e2e,
+            _e2e,
             "ms",
-            ratio=ratio(e2e, e2e_peer),
-            peer=peer_name,
-            note=(
-                "UPPER BOUND: the sum of the p99s of " + " + ".join(STAGES) + " ("
-                + " + ".join(f"{_ms(o.stages[st], 'p99_us'):.3f}" for st in STAGES)
-                + " ms); p99s do not add exactly (one stage's slow ticks are not another's), "
-                "so the true end-to-end p99 is at most this; glass and hydrate not included"
-            ),
-        )
-    )  # fmt: skip
-    rows.append(
-        row(
-            "latency: longest gen-2 GC pause",
-            tag,
-            o.gen2_max_ms,
-            "ms",
-            ratio=ratio(o.gen2_max_ms, peer.gen2_max_ms if peer else None),
-            peer=peer_name,
-            note=(
-                f"GET /admin/gc: gen-2 pauses that started inside the {o.window_s:.0f} s window "
-                f"({o.gen2_collections} collections; 0 ms when none ran)"
-            ),
-        )
-    )
-    rows.append(
-        row(
-            "latency: gen-2 collections",
-            tag,
-            o.gen2_per_min,
-            "/min",
-            ratio=ratio(o.gen2_per_min, peer.gen2_per_min if peer else None),
-            peer=peer_name,
-            note=(
-                f"GET /admin/gc collections delta over the window: {o.gen2_collections} in "
-                f"{o.window_s:.0f} s"
-            ),
-        )
-    )
-    rows.append(
-        row(
-            "latency: process RSS",
-            tag,
-            o.rss_mb,
-            "MiB",
-            ratio=ratio(o.rss_mb, peer.rss_mb if peer else None),
-            peer=peer_name,
-            note=f"/metrics {RSS} at the window's end (terminals still connected)",
-        )
-    )
-    rows.append(
-        row(
-            "latency: event-loop lag max",
-            tag,
-            o.lag_max_ms,
-            "ms",
-            ratio=ratio(o.lag_max_ms, peer.lag_max_ms if peer else None),
-            peer=peer_name,
-            note=(
-                f"/metrics {EVENT_LOOP_LAG_MAX} (max since the last scrape) scraped every "
-                "second by the bench alone; the worst scrape inside the window"
-            ),
-        )
-    )
-    table = [
+            "UPPER BOUND: the sum of the p99s of " + " + ".join(STAGES) + "; p99s do not add "
+            "exactly (one stage's slow ticks are not another's), so the true end-to-end p99 is "
+            "at most this; glass, hydrate and priority not included",
+            None,
+        ),
         (
             "latency: frames per terminal",
-            o.frames_per_terminal_s,
-            peer.frames_per_terminal_s if peer else None,
+            lambda o: o.frames_per_terminal_s,
             "/s",
-            "FRAME messages the load clients counted over the window / terminals connected "
-            "/ seconds: 25 when every 40 ms boundary reaches every terminal; fewer when the "
-            "server skipped boundaries (conflation absorbs them: later, never older)",
+            "FRAME messages the load clients counted over the window / terminals connected / "
+            "seconds: 25 when every 40 ms boundary reaches every terminal; fewer when boundaries "
+            "were conflated into later ones (never older)",
+            None,
         ),
         (
             "latency: priority updates delivered",
-            o.priority_per_s,
-            peer.priority_per_s if peer else None,
+            lambda o: o.priority_per_s,
             "/s",
-            f"PRIORITY messages over the window, all terminals (one terminal in "
-            f"{PRIORITY_EVERY} has one symbol of its watchlist in an order ticket)",
+            f"PRIORITY messages over the window, all terminals (one terminal in {PRIORITY_EVERY} "
+            "has one symbol of its watchlist in an order ticket)",
+            None,
         ),
         (
-            "latency: server CPU",
-            o.server_cpu,
-            peer.server_cpu if peer else None,
-            "cores",
-            "psutil user+system seconds of the monotape run process over the window / window "
-            "(1.00 = the one core it is pinned to is saturated)",
+            "latency: longest gen-2 GC pause",
+            lambda o: o.gen2_max_ms,
+            "ms",
+            "GET /admin/gc: the longest gen-2 pause that started inside the window (0 when none "
+            "ran); target: none > 5 ms in steady state",
+            lambda o: f"{o.gen2_collections} gen-2",
         ),
         (
-            "latency: load client CPU",
-            o.client_cpu,
-            peer.client_cpu if peer else None,
-            "cores",
-            f"bench/wsclient.py, {o.client_processes} process(es) on one core, its own "
-            "user+system seconds / window"
-            + (
-                ": THE LOAD CLIENT WAS NEAR SATURATION, figures may understate the server"
-                if o.client_cpu > 0.9
-                else ": not the bottleneck"
-            ),
+            "latency: gen-2 collections",
+            lambda o: o.gen2_per_min,
+            "/min",
+            "GET /admin/gc collections delta over the window",
+            None,
         ),
         (
             "latency: GC-tracked allocations (net)",
-            o.allocs_per_s,
-            peer.allocs_per_s if peer else None,
+            lambda o: o.allocs_per_s,
             "/s",
-            f"gen-0 collections over the window x threshold[0] ({o.gen0_per_s:,.0f} "
-            "collections/s): container objects allocated minus freed between collections, a "
-            "lower bound on the allocation rate (bytes, strings and ints are not counted)",
+            "gen-0 collections over the window x threshold[0]: container objects allocated minus "
+            "freed between collections, a lower bound on the allocation rate (bytes, strings and "
+            "ints are not counted)",
+            lambda o: f"{o.gen0_per_s:,.0f} gen-0/s",
+        ),
+        (
+            "latency: process RSS",
+            lambda o: o.rss_mb,
+            "MiB",
+            f"/metrics {RSS} at the window's end (terminals still connected)",
+            None,
+        ),
+        (
+            "latency: event-loop lag max",
+            lambda o: o.lag_max_ms,
+            "ms",
+            f"/metrics {EVENT_LOOP_LAG_MAX} (max since the last scrape) scraped every second by "
+            "the bench alone; the worst scrape inside the window",
+            None,
+        ),
+        (
+            "latency: server CPU",
+            lambda o: o.server_cpu,
+            "cores",
+            "psutil user+system seconds of monotape run over the window / window (1.00: the one "
+            "core it is pinned to is saturated)",
+            None,
+        ),
+        (
+            "latency: load client CPU",
+            lambda o: o.client_cpu,
+            "cores",
+            "bench/wsclient.py processes on one core, their own user+system seconds / window "
+            "(above 0.90 the client may be the bottleneck: the note says so)",
+            None,
         ),
     ]
-    for label, value, peer_value, unit, note in table:
-        rows.append(
-            row(
-                label,
-                tag,
-                value,
-                unit,
-                ratio=ratio(value, peer_value),
-                peer=peer_name,
-                note=f"{note}; {common}",
-            )
+    return out
+
+
+def _fmt(v: float) -> str:
+    return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}"
+
+
+def _rows(runs: list[Outcome], peers: list[Outcome] | None, size: Size) -> list[dict[str, Any]]:
+    """One row per metric: the median of the runs, their min-max, the ratio of medians to the
+    peer's (``peers`` None: this is the peer, ratio 1)."""
+    o = runs[0]
+    tag = f"{o.variant}, {o.terminals:,} x {WATCHLIST} sym, --rate {size.rate:,}"
+    peer_name = f"{peers[0].variant}, {peers[0].terminals:,} terminals" if peers else ""
+    held = [r.connections >= 0.95 * r.terminals for r in runs]
+    client_bound = any(r.client_cpu > 0.9 for r in runs)
+    errors = [e for r in runs for e in r.errors]
+    common = (
+        (
+            ""
+            if all(held)
+            else f"POPULATION NOT HELD in {held.count(False)} of {len(runs)} run(s) (connected "
+            "at the window's end: " + " / ".join(f"{r.connections:,.0f}" for r in runs)
+            + f" of {o.terminals:,}): NOT the steady-state record at this size; "
         )
+        + ("THE LOAD CLIENT WAS NEAR SATURATION (> 0.90 of its core); " if client_bound else "")
+        + f"{len(runs)} run(s) on fresh servers, alternated with the peer; {o.pinned}; "
+        f"window {o.window_s:.0f} s, {SETTLE_S:.0f} s after a {size.ramp_s} s ramp; connected "
+        "at the window's end " + " / ".join(f"{r.connections:,.0f}" for r in runs)
+        + "; frames/s per terminal " + " / ".join(f"{r.frames_per_terminal_s:.1f}" for r in runs)
+        + "; server CPU " + " / ".join(f"{r.server_cpu:.2f}" for r in runs)
+        + "; load client CPU " + " / ".join(f"{r.client_cpu:.2f}" for r in runs)
+        + (f"; {sum(r.errors_received for r in runs)} ERROR messages received"
+           if any(r.errors_received for r in runs) else "")
+        + (f"; errors: {' | '.join(errors[:3])}" if errors else "")
+    )  # fmt: skip
+    rows: list[dict[str, Any]] = []
+    for label, value, unit, what, detail in _metrics():
+        vals = [value(r) for r in runs]
+        med, lo, hi = median_min_max(vals)
+        ratio: float | None = 1.0
+        if peers:
+            peer_med = median_min_max([value(p) for p in peers])[0]
+            ratio = med / peer_med if peer_med else None
+        note = f"{what}; runs {' / '.join(_fmt(v) for v in vals)}"
+        if detail is not None:
+            note += " (" + " / ".join(detail(r) for r in runs) + ")"
+        rows.append(
+            row(label, tag, med, unit, lo=lo, hi=hi, ratio=ratio, peer=peer_name,
+                note=f"{note}; {common}")
+        )  # fmt: skip
     return rows
+
+
+def _idle_row(o: Outcome, size: Size) -> dict[str, Any]:
+    """What the core spends before any fan-out: the same ``--rate``, no terminal connected."""
+    return row(
+        "latency: server CPU with no terminals",
+        f"idle, 0 terminals, --rate {size.rate:,}",
+        o.server_cpu,
+        "cores",
+        note=(
+            f"psutil user+system seconds of monotape run over a {o.window_s:.0f} s window / "
+            "window, nobody connected: the simulated venues, both feed handlers per venue, the "
+            "sequencer, conflation and stage recording, i.e. what is left of the one core for "
+            f"fan-out at this rate; one run; {o.pinned}"
+        ),
+    )
 
 
 def run(quick: bool = False) -> list[dict[str, Any]]:
     size = QUICK if quick else FULL
     raise_nofile()  # the server inherits it: 4,200 sockets
-    log = lambda m: print(m, file=sys.stderr)  # noqa: E731
-    loaded = measure(size, size.terminals, "loaded", log)
-    light = measure(size, size.terminals // 10, "light", log)
-    return _rows(loaded, light, size) + _rows(light, None, size)
+
+    def log(message: str) -> None:
+        print(message, file=sys.stderr)
+
+    loaded: list[Outcome] = []
+    light: list[Outcome] = []
+    for k in range(size.repeats):  # alternated, so drift on a shared machine hits both
+        log(f"  run {k + 1} of {size.repeats}")
+        loaded.append(measure(size, size.terminals, "loaded", log))
+        light.append(measure(size, size.terminals // 10, "light", log))
+    idle = measure(dataclasses.replace(size, window_s=min(size.window_s, 10)), 0, "idle", log)
+    return _rows(loaded, light, size) + _rows(light, None, size) + [_idle_row(idle, size)]
 
 
 def main() -> None:

@@ -75,6 +75,10 @@ class ServerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     requests_per_s: float = 20.0
     request_burst: int = 40
     heartbeat_s: float = 1.0
+    # Keepalive: every terminal pinged once per interval (one loop, a slice a second) and torn
+    # down ("keepalive_timeout") when its pong is this late. 0 disables it.
+    keepalive_interval_s: float = 20.0
+    keepalive_timeout_s: float = 20.0
     # Admission (DESIGN): a token bucket on the upgrade path, 503 + Retry-After when empty.
     admission_rate_per_s: float = 1_200.0
     admission_burst: int = 2_500

@@ -144,7 +144,7 @@ def test_latency_bench_holds_a_tiny_population() -> None:
     assert o.priority_per_s > 0, log  # terminal 0 holds an order ticket
     assert o.errors_received == 0 and not o.errors, (o.errors, log)
     assert o.server_cpu > 0 and o.client_cpu > 0
-    rows: list[dict[str, Any]] = bench_latency._rows(o, None, size)
+    rows: list[dict[str, Any]] = bench_latency._rows([o], None, size)
     assert {r["benchmark"] for r in rows} >= {
         "latency: priority p99",
         "latency: frames per terminal",

@@ -12,6 +12,7 @@ from monotape.platform.conflation import (
     FRAME_NS,
     Conflator,
     FrameRecord,
+    due_boundary,
     frame_no_at,
     next_boundary,
 )
@@ -154,3 +155,40 @@ def test_a_boundary_is_taken_once() -> None:
     c.take_frame(80_000_000)
     with pytest.raises(ValueError, match="not after"):
         c.take_frame(80_000_000)  # an early wake-up must not publish the same frame twice
+
+
+def test_due_boundary_on_time_sleeps_to_the_next_grid_point() -> None:
+    assert due_boundary(now_ns=85, last_ns=80, frame_ns=40) == 120
+    assert due_boundary(now_ns=80, last_ns=80, frame_ns=40) == 120  # just published it
+    assert due_boundary(now_ns=79, last_ns=80, frame_ns=40) == 120  # an early wake-up
+
+
+def test_due_boundary_overdue_publishes_the_latest_passed_at_once() -> None:
+    assert due_boundary(now_ns=127, last_ns=80, frame_ns=40) == 120  # one overran frame
+    assert due_boundary(now_ns=290, last_ns=80, frame_ns=40) == 280  # several: conflated
+    assert due_boundary(now_ns=5, last_ns=0, frame_ns=40) == 40  # before the first boundary
+    with pytest.raises(ValueError, match="frame_ns"):
+        due_boundary(1, 0, 0)
+
+
+@given(
+    st.integers(0, 10**12),
+    st.lists(st.integers(0, 200_000_000), min_size=1, max_size=60),
+)
+def test_due_boundary_keeps_the_grid_order_and_never_waits_when_behind(
+    start: int, steps: list[int]
+) -> None:
+    """Any sequence of publish durations: boundaries are on the grid, strictly increasing, never
+    after their publication time... and when the loop is behind it never sleeps."""
+    frame = 40_000_000
+    now, last = start, 0
+    for took in steps:
+        b = due_boundary(now, last, frame)
+        assert b % frame == 0 and b > last
+        if b <= now:  # overdue: the newest passed grid point, at once
+            assert now - b < frame
+        else:  # on time: the next grid point, and nothing newer had passed
+            assert b - frame <= now < b and b - frame <= last
+            now = b  # slept until it
+        last = b
+        now += took

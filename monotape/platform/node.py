@@ -40,7 +40,7 @@ from monotape.platform.admin import build_admin_app
 from monotape.platform.auth import TokenVerifier, build_verifier
 from monotape.platform.bus import InProcessBus, TickBus
 from monotape.platform.bus_nats import NatsBusCollector, NatsTickBus
-from monotape.platform.conflation import next_boundary
+from monotape.platform.conflation import due_boundary
 from monotape.platform.feeds.epochs import FileEpochStore
 from monotape.platform.feeds.handler import FeedHandler, make_handler_pair
 from monotape.platform.feeds.replay import ReplayAdapter
@@ -239,14 +239,18 @@ class Node:
             await asyncio.sleep(PUMP_INTERVAL_S)
 
     async def _frame_loop(self) -> None:
-        # Boundaries sit on a fixed grid of the monotonic clock; a late wake-up still publishes
-        # the boundary it was due for, and never lets the lateness accumulate. An early wake-up
-        # (uvloop's timers fire up to ~1 ms early) waits out the rest: a frame is never taken
-        # before its boundary, and never twice for one boundary.
+        # Boundaries sit on a fixed grid of the monotonic clock. An overdue one (the last frame
+        # overran its 40 ms, or the loop woke late) is published at once, after one pass of the
+        # loop for pending I/O (due_boundary says why); lateness never accumulates. An early
+        # wake-up (uvloop's timers fire up to ~1 ms early) waits out the rest: a frame is never
+        # taken before its boundary, and never twice for one boundary.
         last = 0
         while True:
-            boundary = max(next_boundary(self.clock.now_ns(), self.frame_ns), last + self.frame_ns)
-            await _sleep_until(self.clock.now_ns, boundary)
+            boundary = due_boundary(self.clock.now_ns(), last, self.frame_ns)
+            if boundary > self.clock.now_ns():
+                await _sleep_until(self.clock.now_ns, boundary)
+            else:
+                await asyncio.sleep(0)
             last = boundary
             self.pump()
             published = self.server.publish_frame(self.sequencer.take_frame(boundary))
@@ -389,6 +393,8 @@ class Node:
         ]
         if self.cfg.server.glass_share > 0:
             loop_tasks.append(self.server.glass_loop())
+        if self.cfg.server.keepalive_interval_s > 0:
+            loop_tasks.append(self.server.keepalive_loop())
         if self.cfg.server.gc_freeze and self.cfg.server.gc_refreeze:
             loop_tasks.append(self._gc_policy_loop())
         if self.cfg.feeds.restart_every_s > 0 and self.handlers:

@@ -1,0 +1,72 @@
+"""Keepalive: one loop pings every terminal; a terminal that never answers is torn down."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+from pathlib import Path
+
+from websockets.asyncio.client import connect
+
+from monotape.platform.node import Node
+from tests.conftest import node_config
+
+
+async def _silent_terminal(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """Upgrades, then never reads again: its kernel ACKs, but no pong ever goes back."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    key = base64.b64encode(os.urandom(16)).decode()
+    writer.write(
+        (
+            f"GET / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\n"
+            f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n"
+            "Sec-WebSocket-Version: 13\r\n\r\n"
+        ).encode()
+    )
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+    assert head.startswith(b"HTTP/1.1 101")
+    return reader, writer
+
+
+async def test_a_terminal_that_never_answers_is_torn_down_and_one_that_does_stays(
+    tmp_path: Path,
+) -> None:
+    cfg = node_config(
+        tmp_path, {"server.keepalive_interval_s": 1.0, "server.keepalive_timeout_s": 1.0}
+    )
+    node = Node(cfg)
+    await node.start()
+    try:
+        live = await connect(f"ws://127.0.0.1:{node.ws_port}/", compression=None)
+        _, writer = await _silent_terminal(node.ws_port)
+        assert len(node.server.connections) == 2
+        for _ in range(80):  # ping within ~1 s, timeout 1 s later, checked once a second
+            await asyncio.sleep(0.1)
+            if node.server.stats.disconnects["keepalive_timeout"]:
+                break
+        assert node.server.stats.disconnects["keepalive_timeout"] == 1
+        assert len(node.server.connections) == 1
+        # the live terminal's client library answered its pings: still connected, still fed
+        await asyncio.sleep(2.5)
+        assert len(node.server.connections) == 1
+        assert await asyncio.wait_for(live.recv(), 2)
+        assert sum(node.server.stats.disconnects.values()) == 1
+        await live.close()
+        writer.close()
+    finally:
+        await node.stop()
+
+
+async def test_keepalive_off_leaves_a_silent_terminal_alone(tmp_path: Path) -> None:
+    cfg = node_config(tmp_path, {"server.keepalive_interval_s": 0.0})
+    node = Node(cfg)
+    await node.start()
+    try:
+        _, writer = await _silent_terminal(node.ws_port)
+        await asyncio.sleep(2.5)
+        assert len(node.server.connections) == 1
+        assert not node.server.stats.disconnects["keepalive_timeout"]
+        writer.close()
+    finally:
+        await node.stop()
