@@ -12,7 +12,7 @@ bottleneck; this one reports its own CPU). Every watchlist is exactly 40 symbols
 The trace: a linear ramp (full 4,200 over 10 s = 420/s, under the admission bucket's
 1,200/s), then no connects and no disconnects; a refused upgrade (503: the node sheds upgrades
 while its loop runs late) retries after 1 s. ``SETTLE_S`` after the ramp (the node refreezes
-the heap once connections settle: ``gc_policy``), the measurement window starts: full 40 s,
+the heap once connections settle: ``gc_policy``), the measurement window starts: full 30 s,
 quick 12 s (at least two 10 s rotations). At its end, with the terminals still connected, the
 bench reads (admin token):
 
@@ -122,7 +122,7 @@ FULL = Size(
 QUICK = Size(rate=20_000, terminals=200, ramp_s=3, window_s=12, processes=1, repeats=1)
 PRIORITY_EVERY = 50  # one terminal in 50 has an order ticket open on one of its symbols
 SLACK_S = 6  # after the window: room for the reads, terminals still connected
-SETTLE_S = 4.0  # after the ramp: the node refreezes once connections settle (2 s), then the window
+SETTLE_S = 4.0  # after the ramp: the node refreezes once connections settle (1-2 s polls)
 START_S = 2.0  # the client processes start and import before the first connect
 SEED = 1
 

@@ -227,6 +227,8 @@ async def _run(job: dict[str, Any]) -> None:
                 ok = await asyncio.wait_for(done, 30.0)
             except (OSError, TimeoutError) as exc:
                 ok = False
+                if proto.transport is not None:  # a late upgrade must not count as a terminal
+                    proto.transport.abort()
                 if len(failures) < 5:
                     failures.append(f"{type(exc).__name__}: {exc}")
             if ok:

@@ -114,6 +114,17 @@ class ServerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     gc_reclaim_closed: int = 10_000
     invariant_interval_s: float = 30.0  # issue: a dangling index entry visible within 30 s
 
+    def __post_init__(self) -> None:
+        if self.keepalive_interval_s != 0 and self.keepalive_interval_s < 1:
+            raise ValueError(
+                "server.keepalive_interval_s must be 0 (off) or >= 1 (one slice a second), "
+                f"got {self.keepalive_interval_s}"
+            )
+        if self.keepalive_timeout_s <= 0:
+            raise ValueError(
+                f"server.keepalive_timeout_s must be > 0, got {self.keepalive_timeout_s}"
+            )
+
 
 class NatsConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """The cross-host tick bus (docs/nats.md): used when ``bus = "nats"``."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import itertools
 from pathlib import Path
 
 import pytest
@@ -127,3 +128,14 @@ async def test_a_node_freezes_its_terminals_and_reclaims_them(tmp_path: Path) ->
         assert gc.get_freeze_count() < frozen1 - 30 * 20
     finally:
         await node.stop()
+
+
+def test_steady_reconnects_still_reclaim_within_max_wait() -> None:
+    """Two reconnects a second for ever: the population never settles, yet closed frozen
+    connections are reclaimed at the latest max_wait_s after the threshold (a bounded leak)."""
+    p = FreezePolicy(settle_s=1, max_wait_s=5, reclaim_closed=100)
+    p.start(0, 0)
+    acts = [p.decide(t, 2 * (t + 1), 2 * t) for t in range(200)]
+    reclaims = [t for t, a in enumerate(acts) if a is RECLAIM]
+    assert reclaims and reclaims[0] == 50 + 5  # 100 closes at t=50, then max_wait_s
+    assert all(b - a == 55 for a, b in itertools.pairwise(reclaims))

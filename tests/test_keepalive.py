@@ -70,3 +70,34 @@ async def test_keepalive_off_leaves_a_silent_terminal_alone(tmp_path: Path) -> N
         writer.close()
     finally:
         await node.stop()
+
+
+async def test_a_ping_that_cannot_be_sent_does_not_stall_the_others(tmp_path: Path) -> None:
+    """websockets' ping() waits for queued bytes to drain; one terminal whose ping never goes
+    out must not keep every terminal after it from being pinged (and timed out)."""
+    cfg = node_config(
+        tmp_path, {"server.keepalive_interval_s": 1.0, "server.keepalive_timeout_s": 1.0}
+    )
+    node = Node(cfg)
+    await node.start()
+    try:
+        _, stuck_writer = await _silent_terminal(node.ws_port)  # first in iteration order
+        _, silent_writer = await _silent_terminal(node.ws_port)
+        stuck_id, silent_id = sorted(node.server.connections)
+
+        async def never_sent() -> asyncio.Future[float]:
+            await asyncio.Event().wait()
+            raise AssertionError("unreachable")
+
+        node.server.connections[stuck_id].ws.ping = never_sent  # type: ignore[assignment,method-assign]
+        for _ in range(100):
+            await asyncio.sleep(0.1)
+            if silent_id not in node.server.connections:
+                break
+        assert silent_id not in node.server.connections
+        assert node.server.stats.disconnects["keepalive_timeout"] == 1
+        assert stuck_id in node.server.connections  # never pinged, so never timed out
+        stuck_writer.close()
+        silent_writer.close()
+    finally:
+        await node.stop()

@@ -48,3 +48,24 @@ def test_a_rotation_between_frames_keeps_pending_ticks_for_their_frame() -> None
     assert stamps.framed(40 * MS, 41 * MS, OFFSET) == 4
     second = {iv.stage: iv.count for iv in stamps.rotate(2_000, OFFSET)}
     assert second["decode"] == second["sequence"] == second["conflate"] == 4
+
+
+def test_an_overdue_frame_charges_late_ticks_from_their_admission() -> None:
+    """The previous publish overran: the frame at 40 ms goes out at 47 ms and carries ticks
+    admitted at 45 ms. They spent no time waiting for a boundary and 2 ms being encoded; the
+    ticks admitted before the boundary keep their usual split."""
+    recs = Recorders(start_ms=0)
+    stamps = StageStamps(recs)
+    early = [tick(i, OFFSET + 30 * MS, 30 * MS, 30 * MS) for i in range(3)]
+    late = [tick(i, OFFSET + 45 * MS, 45 * MS, 45 * MS) for i in range(3, 5)]
+    stamps.decoded(early + late)
+    stamps.admitted(early + late)
+    assert stamps.framed(40 * MS, 47 * MS, OFFSET) == 5
+    h = {iv.stage: iv.histogram for iv in stamps.rotate(1_000, OFFSET)}
+    conflate, encode = h["conflate"], h["encode"]
+    assert conflate.get_total_count() == 5 and encode.get_total_count() == 5
+    assert conflate.get_count_at_value(10_000) == 3  # 40 - 30 ms, in µs
+    assert conflate.get_value_at_percentile(0) <= 1  # the late two: nothing waited
+    assert encode.get_count_at_value(7_000) == 3  # 47 - 40 ms
+    assert encode.get_count_at_value(2_000) == 2  # 47 - 45 ms, not 7
+    assert sum(r.clamped for r in recs) == 0  # nothing negative was recorded

@@ -19,10 +19,12 @@ lost on every screen), recurring every few seconds.
   the freeze hides from it (measured in-process: a reclaim after 3,000 terminals closed freed
   0 objects, i.e. today's close path leaves no cycles; the reclaim is the bound should a
   library change that). Once ``reclaim_closed`` frozen connections have closed (and the
-  population is settled), ``gc.unfreeze(); gc.collect(); gc.freeze()``: one full collection,
+  population is settled, or at the latest ``max_wait_s`` later), ``gc.unfreeze();
+  gc.collect(); gc.freeze()``: one full collection,
   as long as the unfrozen gen-2 pause used to be, paid once per that many closes instead of
   every few seconds. Bounded leak: at most ``reclaim_closed`` connections' cycles, plus what
-  closes during the wait for a settled population.
+  closes in the ``max_wait_s`` after. Every close counts, frozen or not (the policy sees
+  counts, not connections): a storm of short sessions can bring a reclaim early.
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ class FreezePolicy:
         self._last_opened = 0
         self._last_open_s = float("-inf")  # when the opened count last moved
         self._first_unfrozen_s: float | None = None  # first open since the last freeze
+        self._reclaim_due_s: float | None = None  # when reclaim_closed was reached
         self.freezes = 0
         self.reclaims = 0
 
@@ -73,7 +76,15 @@ class FreezePolicy:
             if self._first_unfrozen_s is None:
                 self._first_unfrozen_s = now_s
         settled = now_s - self._last_open_s >= self.settle_s
-        if settled and closed - self._closed_at_reclaim >= self.reclaim_closed:
+        if closed - self._closed_at_reclaim < self.reclaim_closed:
+            self._reclaim_due_s = None
+        elif self._reclaim_due_s is None:
+            self._reclaim_due_s = now_s
+        due = self._reclaim_due_s
+        # Settled, or at the latest max_wait_s after the threshold: under steady reconnects
+        # the population never settles, and the leak must stay bounded anyway.
+        if due is not None and (settled or now_s - due >= self.max_wait_s):
+            self._reclaim_due_s = None
             self._closed_at_reclaim = closed
             self._opened_at_freeze = opened
             self._first_unfrozen_s = None

@@ -249,6 +249,8 @@ class Node:
             boundary = due_boundary(self.clock.now_ns(), last, self.frame_ns)
             if boundary > self.clock.now_ns():
                 await _sleep_until(self.clock.now_ns, boundary)
+                # woken late: the newest passed boundary, not this one and then the next at once
+                boundary = due_boundary(self.clock.now_ns(), last, self.frame_ns)
             else:
                 await asyncio.sleep(0)
             last = boundary

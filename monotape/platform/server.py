@@ -16,7 +16,7 @@ import contextlib
 import functools
 import itertools
 from collections import Counter
-from collections.abc import Callable, Coroutine, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -64,6 +64,7 @@ ERROR_WINDOW_NS = 60 * 1_000_000_000  # both limits count errors within one minu
 # Priority write latencies held between frames; a burst that fills the buffer is handed on early.
 # Fixed at 4,096 int64 values (32 KiB) per process, whatever the burst.
 PRIORITY_BUFFER = 4096
+PING_SEND_TIMEOUT_S = 1.0  # a keepalive ping that cannot even be sent in this long is skipped
 
 
 def _sampled(conn_id: int, share: float) -> bool:
@@ -223,11 +224,23 @@ class FanoutServer:
                     self.teardown(cid, "keepalive_timeout")
             tick += 1
             k = tick % slices
+            behind = self._behind
             for cid, conn in tuple(self.connections.items()):
                 if cid % slices != k or cid in waiting or not conn.writable:
                     continue
-                with contextlib.suppress(ConnectionClosed, RuntimeError):
-                    waiting[cid] = (now, asyncio.ensure_future(await conn.ws.ping()))
+                # Bytes already queued: websockets' ping() would wait for them to drain (for as
+                # long as the terminal does not read), stalling every ping after it. Such a
+                # terminal is the slow-consumer path's (ring, gap, kick after
+                # slow_consumer_kick_s); an idle dead peer has an empty buffer and is pinged.
+                if cid in behind or conn.transport.get_write_buffer_size():
+                    continue
+                try:
+                    waiter: Awaitable[float] = await asyncio.wait_for(
+                        conn.ws.ping(), PING_SEND_TIMEOUT_S
+                    )
+                except (ConnectionClosed, RuntimeError, TimeoutError):
+                    continue
+                waiting[cid] = (self.clock.now_ns(), asyncio.ensure_future(waiter))
 
     # -- glass ---------------------------------------------------------------------------------
     async def glass_loop(self) -> None:

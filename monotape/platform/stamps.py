@@ -127,8 +127,11 @@ class StageStamps:
         admitted = self._take(wall_offset_ns)
         n = len(admitted)
         if n:
-            self._conflate.add(boundary_ns - admitted)
-            self._encode.add(np.full(n, published_ns - boundary_ns, dtype=np.int64))
+            # An overdue frame (the previous publish overran) carries ticks admitted after its
+            # boundary: for them conflation took no time, and encoding starts at admission.
+            framed = np.maximum(admitted, boundary_ns)
+            self._conflate.add(framed - admitted)
+            self._encode.add(published_ns - framed)
         return n
 
     def written(self, latencies_ns: np.ndarray) -> None:
