@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -50,6 +51,17 @@ class RunningServer:
         with urllib.request.urlopen(request, timeout=5) as r:
             body: bytes = r.read()
         return body.decode()
+
+    def post(self, path: str, token: str) -> dict:  # type: ignore[type-arg]
+        """POST to the admin API with a bearer token; the JSON body."""
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{self.admin_port}{path}",
+            method="POST",
+            headers={"Authorization": f"Bearer {token}"},
+        )
+        with urllib.request.urlopen(request, timeout=10) as r:
+            body: dict = json.loads(r.read())  # type: ignore[type-arg]
+        return body
 
     def metrics(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
         """Every sample of /metrics, parsed by Prometheus' own text-format parser."""

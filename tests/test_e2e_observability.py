@@ -13,7 +13,6 @@ import json
 import re
 import subprocess
 import sys
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -40,17 +39,6 @@ def get(server: RunningServer, path: str, token: str) -> str:
     return server.http(path, token)
 
 
-def post(server: RunningServer, path: str, token: str) -> dict:  # type: ignore[type-arg]
-    request = urllib.request.Request(
-        f"http://127.0.0.1:{server.admin_port}{path}",
-        method="POST",
-        headers={"Authorization": f"Bearer {token}"},
-    )
-    with urllib.request.urlopen(request, timeout=10) as r:
-        body: dict = json.loads(r.read())  # type: ignore[type-arg]
-    return body
-
-
 def report_count(data_dir: Path, stage: str) -> int:
     out = subprocess.run(
         [sys.executable, "-m", "monotape", "hdr", "report", "--stage", stage, "--last", "1h",
@@ -70,7 +58,7 @@ async def test_observability_end_to_end(server_factory: type) -> None:
     await client.set_priority([i.key for i in hello.instruments[:4]])  # an order ticket
 
     await asyncio.sleep(3)
-    provoked = post(server, "/admin/gc/collect", admin)
+    provoked = server.post("/admin/gc/collect", admin)
     assert provoked["pauses"], "a full collection left no gen-2 pause in the monitor"
     pause = provoked["pauses"][-1]
 

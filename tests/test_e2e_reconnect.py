@@ -10,7 +10,6 @@ import random
 import signal
 import socket
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -19,17 +18,6 @@ from monotape.platform.sdk import Quote, TerminalClient
 from tests.conftest import RunningServer, mint, start_server
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
-
-
-def post(server: RunningServer, path: str, token: str) -> dict:  # type: ignore[type-arg]
-    request = urllib.request.Request(
-        f"http://127.0.0.1:{server.admin_port}{path}",
-        method="POST",
-        headers={"Authorization": f"Bearer {token}"},
-    )
-    with urllib.request.urlopen(request, timeout=10) as r:
-        body: dict = json.loads(r.read())  # type: ignore[type-arg]
-    return body
 
 
 def drain_status(server: RunningServer, admin: str) -> dict:  # type: ignore[type-arg]
@@ -110,7 +98,7 @@ async def test_drain_staggers_terminals_that_back_off_politely(server_factory: t
             await c.subscribe(keys[(i * 7) % 400 : (i * 7) % 400 + 20])
         await until(lambda: all(c.view for c in clients), 20, "every terminal rendering")
 
-        started = post(server, "/admin/drain", admin)
+        started = server.post("/admin/drain", admin)
         assert started["total"] == n
         expected = float(started["expected_s"])
         t0 = time.monotonic()

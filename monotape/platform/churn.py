@@ -25,8 +25,6 @@ import asyncio
 import contextlib
 import ipaddress
 import random
-import socket
-import struct
 import sys
 from collections.abc import Callable
 from typing import Annotated, Final
@@ -40,6 +38,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from monotape.platform import codec
 from monotape.platform.requests import MAX_KEYS, Subscribe, Unsubscribe, encode_request
+from monotape.platform.rst import reset
 from monotape.platform.watchlists import zipf_watchlists
 
 __all__ = [
@@ -52,7 +51,6 @@ __all__ = [
     "run_churn",
 ]
 
-_LINGER_RST: Final = struct.pack("ii", 1, 0)  # l_onoff=1, l_linger=0: close() sends RST
 _WATCHLIST_POOL: Final = 4_200  # the workload's observed peak; sessions draw from this pool
 _MAX_ERROR_SAMPLES: Final = 20
 
@@ -298,7 +296,7 @@ class _Churn:
                     break
                 req, held = await self._change(ws, req, held, rng)
             if rst:
-                _reset(ws)
+                reset(ws)
                 t.rst += 1
             else:
                 await ws.close()
@@ -379,15 +377,6 @@ def _closed_why(reader: asyncio.Task[None]) -> str:
         return "cancelled"
     exc = reader.exception()
     return repr(exc) if exc is not None else "close handshake"
-
-
-def _reset(ws: ClientConnection) -> None:
-    """Leave with an RST: SO_LINGER (1, 0), then close without the WebSocket or TCP handshake."""
-    sock: socket.socket | None = ws.transport.get_extra_info("socket")
-    if sock is not None:
-        with contextlib.suppress(OSError):
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RST)
-    ws.transport.abort()
 
 
 async def _tick_progress(churn: _Churn, progress: Callable[[ChurnProgress], None]) -> None:

@@ -16,8 +16,6 @@ import contextlib
 import math
 import random
 import resource
-import socket
-import struct
 import time
 from collections.abc import Callable
 from multiprocessing.queues import Queue
@@ -31,11 +29,11 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidSta
 from monotape.platform import codec
 from monotape.platform.load.trace import SessionPlan
 from monotape.platform.requests import Subscribe, encode_request
+from monotape.platform.rst import reset
 from monotape.platform.sdk import hint_from_reason, next_delay, parse_retry_after
 
 __all__ = ["Job", "WorkerResult", "last_gap", "worker_main"]
 
-_LINGER_RST: Final = struct.pack("ii", 1, 0)  # l_onoff=1, l_linger=0: close() sends RST
 _MAX_ERROR_SAMPLES: Final = 20
 _WAVES: Final = 16  # attempt numbers tracked separately; later ones land in the last bucket
 _HELLO, _SNAPSHOT, _FRAME, _ERROR, _CLOSE = (
@@ -321,7 +319,7 @@ class _Worker:
             await self._close(ws)
             self.closed_at_end += 1
         elif plan.abrupt:
-            _reset(ws)
+            reset(ws)
             self.abrupt += 1
         else:
             await self._close(ws)
@@ -383,15 +381,6 @@ def _close_hint(data: bytes) -> int | None:
         if isinstance(msg, codec.Close):
             return msg.reconnect_after_ms
     return None
-
-
-def _reset(ws: ClientConnection) -> None:
-    """Leave with an RST: SO_LINGER (1, 0), then close without the WebSocket or TCP handshake."""
-    sock: socket.socket | None = ws.transport.get_extra_info("socket")
-    if sock is not None:
-        with contextlib.suppress(OSError):
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RST)
-    ws.transport.abort()
 
 
 async def _run(job: Job, t0_wall: float, results: Queue[Any]) -> WorkerResult:
