@@ -105,12 +105,12 @@ class ServerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     # gc.freeze() after warm-up: long-lived state (dictionary, indexes, caches) leaves the
     # collector's view, so a gen-2 pause no longer scales with it (docs/observability.md).
     gc_freeze: bool = True
-    # ...and again once new connections settle, so a gen-2 pause does not scale with the
-    # terminals either; the cycles closed connections leave behind are reclaimed by one full
-    # collection every gc_reclaim_closed closes (monotape/platform/gc_policy.py).
+    # ...and again once new connections settle (none opened for gc_refreeze_settle_s), so a
+    # gen-2 pause does not scale with the terminals either; the cycles closed connections leave
+    # behind are reclaimed by one full collection every gc_reclaim_closed closes, also only
+    # when settled (monotape/platform/gc_policy.py).
     gc_refreeze: bool = True
     gc_refreeze_settle_s: float = 1.0
-    gc_refreeze_max_wait_s: float = 5.0
     gc_reclaim_closed: int = 10_000
     invariant_interval_s: float = 30.0  # issue: a dangling index entry visible within 30 s
 

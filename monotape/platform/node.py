@@ -179,7 +179,6 @@ class Node:
         srv = cfg.server
         self.gc_policy = FreezePolicy(
             settle_s=srv.gc_refreeze_settle_s,
-            max_wait_s=srv.gc_refreeze_max_wait_s,
             reclaim_closed=srv.gc_reclaim_closed,
         )
         self.registry.register(GcCollector(self.gc_monitor, frozen_name=m.GC_FROZEN_OBJECTS))
