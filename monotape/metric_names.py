@@ -19,6 +19,7 @@ __all__ = [
     "DUPLICATE_TICKS",
     "EVENT_LOOP_LAG",
     "EVENT_LOOP_LAG_MAX",
+    "FEED_BACKWARDS",
     "FEED_HANDLER_UP",
     "FRAMES_SENT",
     "FRAME_PAYLOADS",
@@ -27,6 +28,7 @@ __all__ = [
     "GC_PAUSE",
     "GC_RECLAIMS",
     "GC_REFREEZES",
+    "GLASS_REGRESSIONS",
     "INDEX_ENTRIES",
     "INVARIANT_CHECK_SECONDS",
     "INVARIANT_VIOLATION",
@@ -37,9 +39,12 @@ __all__ = [
     "REQUEST_ERRORS",
     "SEQUENCE_REGRESSIONS",
     "SLOW_CONSUMER_DROPS",
+    "STAGE_DURATION",
+    "STAGE_FAILURES",
     "STAGE_LATENCY",
     "TICKS_ADMITTED",
     "TICKS_RECEIVED",
+    "TICKS_REJECTED",
     "counter_base",
 ]
 
@@ -47,7 +52,14 @@ SEQUENCE_REGRESSIONS = "monotape_sequence_regressions_total"  # {venue}
 DUPLICATE_TICKS = "monotape_duplicate_ticks_total"  # {venue}
 TICKS_ADMITTED = "monotape_ticks_admitted_total"  # {venue}
 TICKS_RECEIVED = "monotape_ticks_received_total"  # {venue,handler}: what handlers delivered
-STAGE_LATENCY = "monotape_stage_latency_seconds"  # {stage,quantile}
+STAGE_LATENCY = "monotape_stage_latency_seconds"  # {stage,quantile}: exact HDR quantiles per node
+# {stage}: a Prometheus histogram with buckets around the budgets; sums across processes and hosts
+STAGE_DURATION = "monotape_stage_duration_seconds"
+# {stage}: a frame, symbol or batch whose processing raised; contained, counted, logged, skipped
+STAGE_FAILURES = "monotape_stage_failures_total"
+TICKS_REJECTED = "monotape_ticks_rejected_total"  # {venue,reason}: refused where ticks enter
+FEED_BACKWARDS = "monotape_feed_backwards_total"  # {venue,handler}: its own stream went back
+GLASS_REGRESSIONS = "monotape_glass_regressions_total"  # terminals' own guard drops (must stay 0)
 GC_PAUSE = "monotape_gc_pause_seconds"  # histogram {generation}
 INDEX_ENTRIES = "monotape_index_entries"  # {index}
 INVARIANT_VIOLATION = "monotape_invariant_violation"  # {invariant}

@@ -7,9 +7,26 @@ objects cost a ~220 ms pause).
 
 from __future__ import annotations
 
+import re
+
 import msgspec
 
-__all__ = ["Instrument", "Tick", "Version", "version_of"]
+__all__ = [
+    "KEY_MAX_LENGTH",
+    "KEY_PATTERN",
+    "Instrument",
+    "Tick",
+    "Version",
+    "key_problem",
+    "version_of",
+]
+
+# One grammar for a symbol key, wherever a key enters: the replay loader, the simulator's
+# universe and a terminal's subscribe (docs/wire.md, Keys). Venue: upper-case MIC-like code;
+# symbol: the venue's own ticker. A key the replay accepts can always be subscribed.
+KEY_PATTERN = r"^[A-Z0-9_.-]{1,16}:[A-Za-z0-9_./-]{1,40}$"
+KEY_MAX_LENGTH = 57  # 16 + 1 + 40
+_KEY_RE = re.compile(KEY_PATTERN)
 
 # A version is ``(epoch, seq)`` compared lexicographically (DESIGN: Ordering). Plain tuples:
 # cheapest to build and compare on the per-tick path.
@@ -56,3 +73,15 @@ class Tick(msgspec.Struct, gc=False):
 
 def version_of(tick: Tick) -> Version:
     return (tick.epoch, tick.seq)
+
+
+def key_problem(key: str) -> str | None:
+    """Why ``key`` is not a valid symbol key, or None when it is (the one key grammar)."""
+    if _KEY_RE.match(key):
+        return None
+    if ":" not in key:
+        return "a key is VENUE:SYMBOL"
+    venue = key.partition(":")[0]
+    if not re.fullmatch(r"[A-Z0-9_.-]{1,16}", venue):
+        return "the venue is 1-16 of A-Z 0-9 _ . - (upper case)"
+    return "the symbol is 1-40 of A-Z a-z 0-9 _ . / -"

@@ -15,6 +15,7 @@ import msgspec
 from msgspec import Meta
 
 from monotape.platform.codec import ErrorCode
+from monotape.platform.model import KEY_MAX_LENGTH, KEY_PATTERN
 
 __all__ = [
     "MAX_KEYS",
@@ -36,7 +37,7 @@ MAX_PRIORITY_KEYS: Final = 16  # an order ticket holds a handful of symbols
 
 Key = Annotated[
     str,
-    Meta(min_length=3, max_length=64, pattern=r"^[A-Z0-9_.-]{1,16}:[A-Za-z0-9_./-]{1,40}$"),
+    Meta(min_length=3, max_length=KEY_MAX_LENGTH, pattern=KEY_PATTERN),
 ]
 ReqId = Annotated[int, Meta(ge=0, le=2**32 - 1)]
 
