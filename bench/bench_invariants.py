@@ -5,7 +5,7 @@ Zipf watchlist of exactly 20 symbols per connection (``zipf_watchlists``, seed 1
 and a live registry dict beside it (``FanoutServer.connections``). Each variant times one
 invariant's ``check()`` (and ``monitor.run_once()`` for both) with ``time.perf_counter_ns``,
 median of ``runs`` runs (>= 3) with min and max. The target is <= 2 ms per pass at 6,000
-connections (DESIGN: 6,000 provisioned); ``ratio`` is the value over that target.
+connections (design: 6,000 provisioned); ``ratio`` is the value over that target.
 
     .venv/bin/python -m bench.bench_invariants [--quick]
 """

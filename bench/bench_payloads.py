@@ -1,8 +1,8 @@
 """Distinct payloads per frame for 4,200 terminals with Zipf-shared watchlists.
 
-DESIGN (Fan-out): connections with the same subscription signature share one payload per frame;
+design (Fan-out): connections with the same subscription signature share one payload per frame;
 4,200 connections collapse to about 260 distinct subscription sets. This measures what a frame
-actually needs under the DESIGN peak: 120,000 ticks/s, i.e. 4,800 ticks per 40 ms frame, spread
+actually needs under the design peak: 120,000 ticks/s, i.e. 4,800 ticks per 40 ms frame, spread
 over 2,400 instruments with skewed activity (Zipf s=0.8 over symbols, the hot ones scattered
 over the universe). Each frame's changed symbols go through ``plan_payloads``; the figure is the
 median over frames of the number of payloads built (and, beside it, the writes they serve).
@@ -26,8 +26,8 @@ __all__ = ["run"]
 
 SYMBOLS = 2_400
 VENUES = ("XNAS", "XNYS", "XLON", "XPAR", "XETR", "XTKS")
-CONNECTIONS = 4_200  # DESIGN: observed peak
-TICKS_PER_S = 120_000  # DESIGN: peak ingest
+CONNECTIONS = 4_200  # design: observed peak
+TICKS_PER_S = 120_000  # design: peak ingest
 FRAME_S = 0.040
 SEED = 1
 

@@ -1,4 +1,10 @@
-"""The command line: the only reader of argv and os.environ (DESIGN: CLI)."""
+"""The command line: the only reader of argv and os.environ.
+
+Every mistake a person can make here ends in one line on stderr that says what was wrong and
+what to do, and exit code 2 (``ClientError``, ``ConfigError``, a bad flag), never a traceback.
+The client commands share how they find the node and which token they show it
+(``monotape.clientside``); ``monotape run`` records where it listens in its data dir for them.
+"""
 
 from __future__ import annotations
 
@@ -6,21 +12,81 @@ import argparse
 import asyncio
 import contextlib
 import os
-import signal
 import sys
 from collections.abc import Callable, Coroutine, Sequence
-from datetime import datetime
-from typing import Any, TypeVar
+from pathlib import Path
+from typing import Any, NoReturn, TypeVar
 
 import msgspec
 
+from monotape import log
+from monotape.alerts import add_build_arguments as add_alert_build_arguments
+from monotape.alerts import run_build as run_alerts_build
+from monotape.clientside import (
+    ClientError,
+    admin_url,
+    check_data_dir,
+    client_token,
+    terminal_url,
+)
 from monotape.config import Config, ConfigError, load_config
+from monotape.dashboards.build import add_build_arguments as add_dashboard_build_arguments
+from monotape.dashboards.build import run_build as run_dashboards_build
 from monotape.histograms import add_report_arguments, run_report
 from monotape.platform.auth import add_token_arguments, run_token
 
 __all__ = ["main"]
 
 T = TypeVar("T")
+
+
+class _Parser(argparse.ArgumentParser):
+    """A bad flag is one line (what, and where to read more) and exit 2, without the usage
+    block argparse prints by default."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= port <= 65_535:
+        raise argparse.ArgumentTypeError(f"{port} is not a port: use 1-65535, or 0 for a free one")
+    return port
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+    return value
+
+
+def _seconds(text: str) -> float:
+    """A non-negative, finite number of seconds (0 usually means off)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text} must be 0 or a positive number of seconds")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text} must be a positive number")
+    return value
 
 
 def _runner(coro: Coroutine[Any, Any, T]) -> T:
@@ -34,50 +100,36 @@ def _runner(coro: Coroutine[Any, Any, T]) -> T:
         return runner.run(coro)
 
 
+_URL_HELP = (
+    "the node's terminals URL (default: the running node's, from its data dir; "
+    "else ws://127.0.0.1:8765/)"
+)
+
+
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", help="TOML configuration file (env MONOTAPE_CONFIG)")
     p.add_argument(
         "--data-dir",
-        help="state directory: epochs, dev keys, histogram logs "
-        "(env MONOTAPE_DATA_DIR, default ./.monotape)",
+        help="state directory: epochs, dev keys, histogram logs, and the endpoints of the "
+        "node running on it (env MONOTAPE_DATA_DIR, default ./.monotape)",
+    )
+
+
+def _token_flag(p: argparse.ArgumentParser, *, admin: bool = False) -> None:
+    env = "MONOTAPE_ADMIN_TOKEN" if admin else "MONOTAPE_TOKEN"
+    p.add_argument(
+        "--token",
+        help=f"JWT to present (env {env}; default: minted from the data dir's dev key, the "
+        "one the monotape run beside it verifies); never printed",
     )
 
 
 def _config(args: argparse.Namespace, overrides: dict[str, Any]) -> Config:
+    """The effective configuration; the process's one log handler is set up from it."""
     overrides = {"data_dir": args.data_dir, **overrides}
-    return load_config(args.config or os.environ.get("MONOTAPE_CONFIG"), os.environ, overrides)
-
-
-async def _run(cfg: Config, duration: float | None) -> int:
-    from monotape.platform.node import Node
-
-    node = Node(cfg)
-    await node.start()
-    host = cfg.server.host
-    source = f"replay {cfg.feeds.replay}" if node.replay else f"{len(node.handlers)} feed handlers"
-    print(
-        f"monotape is running: {len(node.universe)} instruments, {source}\n"
-        f"  terminals  ws://{host}:{node.ws_port}/      (try: monotape tape XNAS:AAPL)\n"
-        f"  metrics    http://{host}:{node.admin_port}/metrics\n"
-        f"  health     http://{host}:{node.admin_port}/healthz\n"
-        f"  admin      http://{host}:{node.admin_port}/admin/  "
-        f"(Authorization: Bearer $(monotape token --sub you --admin))\n"
-        f"  data dir   {cfg.data_dir}\n"
-        "Ctrl-C stops it.",
-        flush=True,
-    )
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, node.request_stop)
-    try:
-        if duration:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(node.wait(), duration)
-        else:
-            await node.wait()
-    finally:
-        await node.stop()
-    return 1 if node.failed else 0
+    cfg = load_config(args.config or os.environ.get("MONOTAPE_CONFIG"), os.environ, overrides)
+    log.configure(cfg.log_level)
+    return cfg
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -94,89 +146,63 @@ def cmd_run(args: argparse.Namespace) -> int:
         "feeds.restart_every_s": args.restart_every,
         "bus": "nats" if args.nats else None,
         "nats.servers": args.nats,
+        # off unless asked for: a node that can corrupt its own index must say so at start
+        "server.fault_injection": True if args.enable_fault_injection else None,
     }
     cfg = _config(args, overrides)
     if args.print_config:
         sys.stdout.write(msgspec.json.format(msgspec.json.encode(cfg)).decode() + "\n")
         return 0
-    return _runner(_run(cfg, args.duration))
-
-
-async def _tape(url: str, keys: Sequence[str], priority: Sequence[str], count: int | None) -> int:
-    from monotape.platform.sdk import ServerError, TerminalClient
-
-    client = TerminalClient(url)
-    try:
-        await client.connect()
-    except OSError as exc:
-        print(f"cannot connect to {url}: {exc}", file=sys.stderr)
-        return 2
-    try:
-        try:
-            await client.subscribe(keys)
-            if priority:
-                await client.set_priority(priority)
-        except ServerError as exc:
-            print(f"refused: {exc}", file=sys.stderr)
-            return 2
-        print(
-            f"{'time':<12} {'symbol':<16} {'bid':>12} {'ask':>12} {'last':>12} {'size':>7}  "
-            f"{'version':<26} path"
+    if cfg.feeds.replay and not Path(cfg.feeds.replay).is_file():
+        raise ClientError(
+            f"--replay {cfg.feeds.replay}: no such file (docs/replay.md describes the format)"
         )
-        n = 0
-        async for q in client.updates():
-            stamp = datetime.now().strftime("%H:%M:%S.%f")[:-3]
-            print(
-                f"{stamp:<12} {q.key:<16} {q.price(q.bid):>12.{q.decimals}f} "
-                f"{q.price(q.ask):>12.{q.decimals}f} {q.price(q.last):>12.{q.decimals}f} "
-                f"{q.size:>7}  {q.epoch}:{q.seq:<24} {q.source}",
-                flush=True,
-            )
-            n += 1
-            if count is not None and n >= count:
-                break
-        if client.stats.regressions:
-            print(f"REGRESSIONS SEEN: {client.stats.regressions}", file=sys.stderr)
-            return 1
-        return 0
-    finally:
-        await client.close()
+    check_data_dir(cfg.data_dir)
+    from monotape.foreground import run_node
 
-
-def _terminal_url(args: argparse.Namespace, cfg: Config) -> str:
-    """The server URL with a token: --token, else one minted from the dev key in the data
-    directory (the embedded default: `monotape run` beside it verifies it)."""
-    from urllib.parse import quote
-
-    from monotape.platform.auth import ensure_dev_keys, mint_token
-
-    url: str = args.url or f"ws://{cfg.server.host}:{cfg.server.ws_port}/"
-    token = args.token or os.environ.get("MONOTAPE_TOKEN")
-    if not token and cfg.auth.enabled and not (cfg.auth.public_key_file or cfg.auth.jwks_file):
-        keys = ensure_dev_keys(cfg.data_dir)
-        token = mint_token(
-            keys.private_pem_path,
-            sub="monotape-tape",
-            ttl_s=8 * 3600,
-            aud=cfg.auth.audience,
-            iss=cfg.auth.issuer,
-        )
-    if token:
-        url += ("&" if "?" in url else "?") + "token=" + quote(token)
-    return url
+    return _runner(run_node(cfg, args.duration))
 
 
 def cmd_tape(args: argparse.Namespace) -> int:
+    from monotape.tape import run_tape
+
     cfg = _config(args, {})
-    url = _terminal_url(args, cfg)
+    url = terminal_url(args.url, cfg)
+    given = args.token or os.environ.get("MONOTAPE_TOKEN")
+    token = client_token(args.token, cfg, sub="monotape-tape")
     with contextlib.suppress(KeyboardInterrupt):
-        return _runner(_tape(url, args.keys, args.priority or [], args.count))
+        return _runner(
+            run_tape(url, token, args.keys, args.priority or [], args.count, cfg, minted=not given)
+        )
     return 0
 
 
-def cmd_token(args: argparse.Namespace) -> int:
+def cmd_symbols(args: argparse.Namespace) -> int:
+    from monotape.symbols import run_symbols
+
     cfg = _config(args, {})
-    return run_token(args, cfg.data_dir, cfg.auth)
+    return run_symbols(
+        args.pattern or "", cfg, url=args.admin_url, token=args.token, as_json=args.json
+    )
+
+
+def cmd_token(args: argparse.Namespace) -> int:
+    from monotape.clientside import dev_key_path
+
+    cfg = _config(args, {})
+    fresh = not args.key and not dev_key_path(cfg).exists()
+    if fresh:
+        check_data_dir(cfg.data_dir)  # the key goes there: an unwritable one is one line
+    code = run_token(args, cfg.data_dir, cfg.auth)
+    if fresh and code == 0:
+        # A key made just now is one no running node knows: say so, or the token's 401 would
+        # be a mystery.
+        print(
+            f"monotape token: made a new dev key in {Path(cfg.data_dir).resolve()}; only a "
+            "monotape run on this data dir accepts its tokens (--data-dir picks another)",
+            file=sys.stderr,
+        )
+    return code
 
 
 def cmd_hdr_report(args: argparse.Namespace) -> int:
@@ -185,10 +211,17 @@ def cmd_hdr_report(args: argparse.Namespace) -> int:
 
 
 def cmd_load_churn(args: argparse.Namespace) -> int:
-    from monotape.platform.churn import ChurnConfig, ChurnRefused, print_progress, run_churn
+    from monotape.platform.churn import (
+        ChurnConfig,
+        ChurnFailed,
+        ChurnRefused,
+        print_progress,
+        run_churn,
+    )
 
     cfg = _config(args, {})
-    url = args.url or f"ws://{cfg.server.host}:{cfg.server.ws_port}/"
+    url = terminal_url(args.url, cfg)
+    token = client_token(args.token, cfg, sub="monotape-churn")
     knobs = {
         f: getattr(args, f)
         for f in ChurnConfig.__struct_fields__
@@ -200,15 +233,16 @@ def cmd_load_churn(args: argparse.Namespace) -> int:
         print(f"monotape load churn: {exc}", file=sys.stderr)
         return 2
     try:
-        report = _runner(run_churn(url, churn, print_progress))
-    except ChurnRefused as exc:
-        print(f"monotape load churn: {exc}", file=sys.stderr)
+        report = _runner(run_churn(url, churn, print_progress, token=token))
+    except (ChurnRefused, ChurnFailed) as exc:
+        print(f"\nmonotape load churn: {exc}", file=sys.stderr)
         return 2
+    sys.stderr.write("\n")
     sys.stdout.write(msgspec.json.format(msgspec.json.encode(report)).decode() + "\n")
     return 0 if report.errors == 0 else 1
 
 
-def _add_churn(load_sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _add_churn(load_sub: argparse._SubParsersAction[_Parser]) -> None:
     from monotape.platform.churn import ChurnConfig
 
     churn = load_sub.add_parser(
@@ -216,7 +250,8 @@ def _add_churn(load_sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="terminals that open, subscribe, change and leave (6%% by RST); loopback only",
     )
     _common(churn)
-    churn.add_argument("--url", help="server URL (default ws://127.0.0.1:8765/)")
+    churn.add_argument("--url", help=_URL_HELP)
+    _token_flag(churn)
     defaults = ChurnConfig()
     for name in ChurnConfig.__struct_fields__:
         default = getattr(defaults, name)
@@ -237,12 +272,13 @@ def _load_knobs(args: argparse.Namespace, cfg: Config) -> Any:
         for f in LoadConfig.__struct_fields__
         if getattr(args, f, None) is not None
     }
-    if "admin_url" not in knobs:
-        knobs["admin_url"] = f"http://{cfg.server.host}:{cfg.server.admin_port}"
+    knobs["admin_url"] = admin_url(knobs.get("admin_url"), cfg)
     return msgspec.convert(knobs, LoadConfig)
 
 
 def cmd_load_replay(args: argparse.Namespace) -> int:
+    from urllib.parse import quote
+
     from monotape.platform.load import (
         LoadRefused,
         TraceError,
@@ -254,7 +290,10 @@ def cmd_load_replay(args: argparse.Namespace) -> int:
     )
 
     cfg = _config(args, {})
-    url = _terminal_url(args, cfg)  # mints a dev token from the data dir, like `monotape tape`
+    url = terminal_url(args.url, cfg)
+    token = client_token(args.token, cfg, sub="monotape-load")
+    if token:  # the workers dial this URL; every report and message strips the query
+        url += ("&" if "?" in url else "?") + "token=" + quote(token)
     name = f"monotape load {args.load_command}"
     try:
         load = _load_knobs(args, cfg)
@@ -292,42 +331,60 @@ def cmd_load_replay(args: argparse.Namespace) -> int:
     return 0 if report.errors == 0 and report.all_connected_at_end else 1
 
 
-def _add_load_replay(load_sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _add_load_replay(load_sub: argparse._SubParsersAction[_Parser]) -> None:
     from monotape.platform.load import LoadConfig
 
     replay = load_sub.add_parser(
         "replay", help="replay an arrival trace (docs/load.md) over several processes; loopback"
     )
-    replay.add_argument("trace", help="trace file (JSON, docs/load.md)")
-    storm = load_sub.add_parser(
-        "storm", help="a correlated open + data-release reconnect storm; loopback only"
+    replay.add_argument(
+        "trace", help="trace file (JSON, docs/load.md; e.g. tests/traces/open_storm_small.json)"
     )
-    storm.add_argument("--terminals", type=int, default=2000, help="connects at the open")
-    storm.add_argument("--duration", type=int, default=30, help="trace length, s")
+    storm = load_sub.add_parser(
+        "storm",
+        help="a correlated reconnect storm at the open; --release SECOND adds a data-release "
+        "storm; loopback only",
+    )
+    storm.add_argument(
+        "--terminals", type=_positive_int, default=2000, help="connects at the open (default 2000)"
+    )
+    storm.add_argument("--duration", type=_positive_int, default=30, help="trace length, s")
     storm.add_argument("--open-at", type=int, default=5, help="second of the open")
     storm.add_argument("--open-spread", type=int, default=1, choices=(1, 2), help="s")
-    storm.add_argument("--release", type=int, action="append", help="data-release second")
+    storm.add_argument(
+        "--release",
+        type=int,
+        action="append",
+        metavar="SECOND",
+        help="a data release at this second: --release-share of the terminals reconnect "
+        "(repeatable; none by default)",
+    )
     storm.add_argument("--release-share", type=float, default=0.5, help="share that reconnects")
     defaults = LoadConfig()
     for p in (replay, storm):
         _common(p)
-        p.add_argument("--url", help="server URL (default ws://127.0.0.1:8765/)")
-        p.add_argument("--token", help="JWT (env MONOTAPE_TOKEN; default: a dev-key token)")
+        p.add_argument("--url", help=_URL_HELP)
+        _token_flag(p)
         p.add_argument("--poisson", action="store_true", help="also run the Poisson contrast")
         p.add_argument("--json", action="store_true", help="msgspec JSON instead of a table")
         for field in LoadConfig.__struct_fields__:
             default = getattr(defaults, field)
+            shown = (
+                "the running node's admin URL (from its data dir), else http://127.0.0.1:8081"
+                if field == "admin_url"
+                else default
+            )
             p.add_argument(
                 "--" + field.replace("_", "-"),
                 dest=field,
                 type=str if default is None else type(default),
-                help=f"default {default} (docs/load.md)",
+                help=f"default {shown} (docs/load.md)",
             )
         p.set_defaults(func=cmd_load_replay)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="monotape", description="Market-data fan-out: a price never moves backwards."
     )
     sub = parser.add_subparsers(dest="command", required=True)
@@ -335,32 +392,57 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="start the whole pipeline on loopback (simulated venues)")
     _common(run)
     run.add_argument("--host", help="listen address (default 127.0.0.1)")
-    run.add_argument("--ws-port", type=int, help="WebSocket port (default 8765; 0 picks one)")
-    run.add_argument("--admin-port", type=int, help="admin API port (default 8081; 0 picks one)")
-    run.add_argument("--lanes", type=int, help="sequencer lanes (default 4)")
-    run.add_argument("--rate", type=float, help="simulated ticks/s across venues (default 20000)")
-    run.add_argument("--spike-every", type=float, help="seconds between 190k/s spikes (0: none)")
+    run.add_argument("--ws-port", type=_port, help="WebSocket port (default 8765; 0 picks one)")
+    run.add_argument("--admin-port", type=_port, help="admin API port (default 8081; 0 picks one)")
+    run.add_argument("--lanes", type=_positive_int, help="sequencer lanes (default 4)")
+    run.add_argument(
+        "--rate", type=_positive_float, help="simulated ticks/s across venues (default 20000)"
+    )
+    run.add_argument("--spike-every", type=_seconds, help="seconds between 190k/s spikes (0: none)")
     run.add_argument("--replay", help="replay an NDJSON tick file instead of simulating")
-    run.add_argument("--replay-speed", type=float, help="replay pacing factor (default 1.0)")
-    run.add_argument("--replay-start-delay", type=float, help="seconds before the replay starts")
-    run.add_argument("--restart-every", type=float, help="restart a handler per venue every N s")
+    run.add_argument(
+        "--replay-speed", type=_positive_float, help="replay pacing factor (default 1.0)"
+    )
+    run.add_argument("--replay-start-delay", type=_seconds, help="seconds before the replay starts")
+    run.add_argument(
+        "--restart-every", type=_seconds, help="restart a handler per venue every N s (0: never)"
+    )
     run.add_argument(
         "--nats", metavar="URL[,URL...]", help="use the NATS tick bus at these servers (bus=nats)"
     )
-    run.add_argument("--duration", type=float, help="stop by itself after N seconds")
+    run.add_argument("--duration", type=_positive_float, help="stop by itself after N seconds")
     run.add_argument("--print-config", action="store_true", help="print the effective config")
+    run.add_argument(
+        "--enable-fault-injection",
+        action="store_true",
+        help="allow POST /admin/faults/dangling-entry (corrupts one index entry: for alert "
+        "drills and tests; off by default, server.fault_injection)",
+    )
     run.set_defaults(func=cmd_run)
 
     tape = sub.add_parser("tape", help="show a live tape of some symbols in the terminal")
     _common(tape)
     tape.add_argument("keys", nargs="+", metavar="KEY", help="venue-qualified keys, e.g. XNAS:AAPL")
-    tape.add_argument("--url", help="server URL (default ws://127.0.0.1:8765/)")
-    tape.add_argument(
-        "--token", help="JWT (env MONOTAPE_TOKEN; default: minted from the data dir's dev key)"
-    )
+    tape.add_argument("--url", help=_URL_HELP)
+    _token_flag(tape)
     tape.add_argument("--priority", nargs="*", metavar="KEY", help="mark keys as order-ticket")
-    tape.add_argument("--count", type=int, help="stop after N updates")
+    tape.add_argument("--count", type=_positive_int, help="stop after N updates")
     tape.set_defaults(func=cmd_tape)
+
+    symbols = sub.add_parser(
+        "symbols",
+        help="list symbol keys (and prices): from the running node, else the built-in universe",
+    )
+    _common(symbols)
+    symbols.add_argument(
+        "pattern", nargs="?", metavar="PATTERN", help="glob (XNAS:*) or substring (AAPL)"
+    )
+    symbols.add_argument(
+        "--admin-url", help="the node's admin API (default: the running node's, from its data dir)"
+    )
+    _token_flag(symbols, admin=True)
+    symbols.add_argument("--json", action="store_true", help="JSON instead of a table")
+    symbols.set_defaults(func=cmd_symbols)
     token = sub.add_parser("token", help="mint a token signed by the data dir's dev key")
     _common(token)
     add_token_arguments(token)
@@ -375,6 +457,22 @@ def build_parser() -> argparse.ArgumentParser:
     add_report_arguments(report)
     report.set_defaults(func=cmd_hdr_report)
 
+    alerts = sub.add_parser("alerts", help="Prometheus alert rules, built from the code")
+    alerts_sub = alerts.add_subparsers(dest="alerts_command", required=True)
+    alerts_build = alerts_sub.add_parser(
+        "build", help="write deploy/prometheus/rules/monotape.yml (docs/runbooks.md per alert)"
+    )
+    add_alert_build_arguments(alerts_build)
+    alerts_build.set_defaults(func=run_alerts_build)
+
+    dashboards = sub.add_parser("dashboards", help="Grafana dashboards, built from the code")
+    dashboards_sub = dashboards.add_subparsers(dest="dashboards_command", required=True)
+    dashboards_build = dashboards_sub.add_parser(
+        "build", help="write deploy/grafana/dashboards/*.json (the panels of /dashboards)"
+    )
+    add_dashboard_build_arguments(dashboards_build)
+    dashboards_build.set_defaults(func=run_dashboards_build)
+
     load = sub.add_parser("load", help="load harnesses against a running server (loopback)")
     load_sub = load.add_subparsers(dest="load_command", required=True)
     _add_churn(load_sub)
@@ -382,13 +480,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _prog(args: argparse.Namespace) -> str:
+    words = ["monotape", args.command]
+    for sub in ("load_command", "hdr_command", "alerts_command", "dashboards_command"):
+        if getattr(args, sub, None):
+            words.append(getattr(args, sub))
+    return " ".join(words)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         result: int = args.func(args)
-    except ConfigError as exc:
-        print(f"monotape: {exc}", file=sys.stderr)
+    except (ConfigError, ClientError) as exc:
+        print(f"{_prog(args)}: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        return 130
     return result
 
 

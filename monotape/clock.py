@@ -4,7 +4,7 @@ Two readings, because they answer different questions:
 - ``now_ns()``: the monotonic clock. Frame boundaries (the 40 ms grid), stage latencies and
   delay lines use it; it never jumps.
 - ``wall_ns()``: the wall clock. Venue timestamps are wall time; it is never used to order ticks
-  (DESIGN: "Wall clocks never arbitrate").
+  (design: "Wall clocks never arbitrate").
 """
 
 from __future__ import annotations

@@ -1,22 +1,27 @@
 """One typed configuration: defaults that run on a laptop.
 
-Precedence (DESIGN: Configuration): built-in defaults < optional TOML file (``--config``) <
-``MONOTAPE_*`` environment variables < command-line flags. Only ``monotape.cli`` reads argv and
-the environment; everything else is handed a ``Config``.
+Precedence: built-in defaults < optional TOML file (``--config``) < ``MONOTAPE_*`` environment
+variables < command-line flags. Only ``monotape.cli`` reads argv and the environment; everything
+else is handed a ``Config``. A few ``MONOTAPE_*`` variables belong to the client commands, not to
+the node's configuration (``CLIENT_ENV``): the loader skips them.
 """
 
 from __future__ import annotations
 
+import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Final, Literal
 
 import msgspec
+from msgspec import Meta
 
 from monotape.platform.auth import AuthConfig
 
 __all__ = [
+    "CLIENT_ENV",
+    "LOG_LEVELS",
     "Config",
     "ConfigError",
     "FeedConfig",
@@ -27,14 +32,27 @@ __all__ = [
 ]
 
 
+# Variables the client commands read themselves (a token is a credential, not a setting);
+# the configuration loader never takes them as fields.
+CLIENT_ENV: Final = frozenset({"MONOTAPE_CONFIG", "MONOTAPE_TOKEN", "MONOTAPE_ADMIN_TOKEN"})
+LOG_LEVELS: Final = ("debug", "info", "warning", "error", "critical")
+
+Port = Annotated[int, Meta(ge=0, le=65_535)]  # 0 picks a free port
+PositiveRate = Annotated[float, Meta(gt=0)]
+
+
 class ConfigError(ValueError):
-    """A configuration value is wrong; the message names the field."""
+    """A configuration value is wrong; the message names the field (``path``, dotted)."""
+
+    def __init__(self, message: str, path: str = "") -> None:
+        super().__init__(message)
+        self.path = path
 
 
 class SimulatorConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     venues: int = 6
     instruments: int = 2400
-    rate: float = 20_000.0  # ticks/s across all venues; the seed's peak is 120k, spikes 190k
+    rate: PositiveRate = 20_000.0  # ticks/s across all venues; the seed's peak is 120k, spikes 190k
     spike_rate: float = 190_000.0  # rate during a scheduled spike (a macro print)
     spike_every_s: float = 0.0  # 0: no scheduled spikes
     spike_duration_s: float = 0.5
@@ -42,7 +60,7 @@ class SimulatorConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
 
 class FeedConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    # DESIGN: two handlers per venue, active/active, drifting 6-9 ms apart.
+    # Two handlers per venue, active/active, drifting 6-9 ms apart (docs/design.md).
     lag_min_ms: float = 6.0
     lag_max_ms: float = 9.0
     # A started handler's epoch takes effect at venue time now + this fence: it must exceed the
@@ -59,11 +77,11 @@ class FeedConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
 class ServerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     host: str = "127.0.0.1"
-    ws_port: int = 8765
-    admin_port: int = 8081
+    ws_port: Port = 8765
+    admin_port: Port = 8081
     lanes: int = 4
-    frame_ms: float = 40.0  # DESIGN: 40 ms conflation frames (25 Hz)
-    outbox_frames: int = 64  # DESIGN: bounded per-connection ring, drop-oldest
+    frame_ms: float = 40.0  # 40 ms conflation frames (25 Hz)
+    outbox_frames: int = 64  # bounded per-connection ring, drop-oldest
     write_high_water: int = 64 * 1024  # bytes queued in a transport before frames go to the ring
     # Kernel send buffer per terminal socket. Bounded on purpose: autotuning would let 6,000
     # slow terminals pin up to 4 MB of kernel memory each, and hide a slow consumer for seconds.
@@ -79,10 +97,22 @@ class ServerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     # down ("keepalive_timeout") when its pong is this late. 0 disables it.
     keepalive_interval_s: float = 20.0
     keepalive_timeout_s: float = 20.0
-    # Admission (DESIGN): a token bucket on the upgrade path, 503 + Retry-After when empty.
+    # Admission: a token bucket on the upgrade path, 503 + Retry-After when empty.
     admission_rate_per_s: float = 1_200.0
     admission_burst: int = 2_500
     listen_backlog: int = 4_096  # the kernel's accept queue: a storm waits here, not in RAM
+    # Failed upgrades (401s) per source address: a bucket of this burst refilling at this rate;
+    # past it the address gets 429 + Retry-After without any token work. 0 disables the cap.
+    # Behind an L4 balancer without the PROXY protocol every terminal shares the balancer's
+    # address (docs/auth.md). The table of addresses is bounded (least recently failed evicted).
+    failed_upgrades_burst: Annotated[int, Meta(ge=0)] = 20
+    failed_upgrades_per_s: PositiveRate = 1.0
+    failed_upgrades_addresses: Annotated[int, Meta(ge=1)] = 65_536
+    # Per-terminal control-frame budget (pings and pongs it sends) and the bytes that may be
+    # queued for it (transport buffer, pongs included, plus its outbox); over either: close 1008.
+    control_frames_per_s: PositiveRate = 10.0
+    control_frames_burst: Annotated[int, Meta(ge=1)] = 50
+    max_queued_bytes: Annotated[int, Meta(ge=1)] = 2 * 1024 * 1024
     # Load shedding: while the event loop runs this late, upgrades get 503 too. The bucket's
     # rate is a promise about a typical core; the loop's lag is the truth about this one
     # (measured: a busy 2-core host accepts ~200-1,000 upgrades/s, below the 1,200 budget,
@@ -92,14 +122,14 @@ class ServerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     # the one-way server -> glass delay (never synchronized-clock truth).
     glass_share: float = 0.005
     glass_interval_s: float = 5.0
-    # Drain (POST /admin/drain, SIGTERM): 2% of connections every 250 ms (DESIGN), each told
+    # Drain (POST /admin/drain, SIGTERM): 2% of connections every 250 ms (docs/design.md), each told
     # to come back after a random 0..spread ms.
     drain_fraction: float = 0.02
     drain_interval_s: float = 0.25
     drain_hint_spread_ms: int = 5_000
     drain_on_stop: bool = True
     drain_timeout_s: float = 20.0
-    hdr_interval_s: float = 10.0  # DESIGN: histogram intervals rotate every 10 s
+    hdr_interval_s: float = 10.0  # histogram intervals rotate every 10 s
     hdr_max_age_s: float = 7 * 24 * 3600.0  # interval logs kept this long...
     hdr_max_bytes: int = 1 << 30  # ...and within this size, oldest deleted first
     # gc.freeze() after warm-up: long-lived state (dictionary, indexes, caches) leaves the
@@ -113,6 +143,9 @@ class ServerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     gc_refreeze_settle_s: float = 1.0
     gc_reclaim_closed: int = 10_000
     invariant_interval_s: float = 30.0  # issue: a dangling index entry visible within 30 s
+    # POST /admin/faults/dangling-entry corrupts one index entry (alert drills, the alert
+    # tests): never on unless asked for (`monotape run --enable-fault-injection`).
+    fault_injection: bool = False
 
     def __post_init__(self) -> None:
         if self.keepalive_interval_s != 0 and self.keepalive_interval_s < 1:
@@ -123,6 +156,11 @@ class ServerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
         if self.keepalive_timeout_s <= 0:
             raise ValueError(
                 f"server.keepalive_timeout_s must be > 0, got {self.keepalive_timeout_s}"
+            )
+        if self.max_queued_bytes <= self.write_high_water:
+            raise ValueError(
+                f"server.max_queued_bytes ({self.max_queued_bytes}) must exceed "
+                f"server.write_high_water ({self.write_high_water}): frames queue past it"
             )
 
 
@@ -138,13 +176,22 @@ class NatsConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
 class Config(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     data_dir: str = ".monotape"
-    log_level: str = "info"
+    log_level: str = "info"  # one of LOG_LEVELS (any case); env MONOTAPE_LOG_LEVEL
     simulator: SimulatorConfig = msgspec.field(default_factory=SimulatorConfig)
     feeds: FeedConfig = msgspec.field(default_factory=FeedConfig)
     server: ServerConfig = msgspec.field(default_factory=ServerConfig)
     auth: AuthConfig = msgspec.field(default_factory=AuthConfig)
     bus: Literal["inprocess", "nats"] = "inprocess"
     nats: NatsConfig = msgspec.field(default_factory=NatsConfig)
+
+    def __post_init__(self) -> None:
+        level = self.log_level.strip().lower()
+        if level not in LOG_LEVELS:
+            raise ValueError(f"log_level {self.log_level!r} is not one of {', '.join(LOG_LEVELS)}")
+        self.log_level = level
+
+
+_AT = re.compile(r"\s*-\s*at `\$\.?([^`]*)`\s*$")
 
 
 def _set_path(tree: dict[str, Any], dotted: str, value: Any) -> None:
@@ -171,10 +218,12 @@ def load_config(
             tree = tomllib.loads(Path(toml_path).read_text())
         except (OSError, tomllib.TOMLDecodeError) as exc:
             raise ConfigError(f"config file {toml_path}: {exc}") from exc
+    from_env: dict[str, str] = {}
     for name, raw in (env or {}).items():
-        if not name.startswith("MONOTAPE_") or name == "MONOTAPE_CONFIG":
+        if not name.startswith("MONOTAPE_") or name in CLIENT_ENV:
             continue
         dotted = name.removeprefix("MONOTAPE_").lower().replace("__", ".")
+        from_env[dotted] = name
         _set_path(tree, dotted, raw)
     for dotted, value in (overrides or {}).items():
         if value is not None:
@@ -183,4 +232,19 @@ def load_config(
         # strict=False: environment values arrive as strings ("9000" -> 9000).
         return msgspec.convert(tree, Config, strict=False)
     except msgspec.ValidationError as exc:
-        raise ConfigError(f"invalid configuration: {exc}") from exc
+        # msgspec says "Expected `int` <= 65535 - at `$.server.ws_port`": lead with the field.
+        text = str(exc)
+        match = _AT.search(text)
+        path = match.group(1).replace("[", ".").replace("]", "") if match else ""
+        if match:
+            text = text[: match.start()]
+        unknown = re.search(r"unknown field `([^`]*)`", text)
+        if unknown:
+            path = f"{path}.{unknown.group(1)}" if path else unknown.group(1)
+            text = "no such setting"
+        elif not path and text.startswith("log_level "):
+            path, text = "log_level", text.removeprefix("log_level ")
+        if path in from_env:
+            text += f" (environment variable {from_env[path]})"
+        where = f"{path}: " if path else ""
+        raise ConfigError(f"invalid configuration: {where}{text}", path) from exc

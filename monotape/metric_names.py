@@ -1,4 +1,4 @@
-"""Every metric name, defined once (DESIGN: Metric names).
+"""Every metric name, defined once (design: Metric names).
 
 The service, the dashboards and the alert rules import these constants, so the three can never
 drift apart. Names are the Prometheus names as exposed; counters are declared here without the
@@ -13,6 +13,7 @@ __all__ = [
     "AUTH_CACHE_HITS",
     "AUTH_CACHE_MISSES",
     "AUTH_REFUSED",
+    "AUTH_VERIFY_SECONDS",
     "BYTES_SENT",
     "CONNECTIONS",
     "DISCONNECTS",
@@ -20,7 +21,9 @@ __all__ = [
     "EVENT_LOOP_LAG",
     "EVENT_LOOP_LAG_MAX",
     "FEED_BACKWARDS",
+    "FEED_EPOCH",
     "FEED_HANDLER_UP",
+    "FEED_LAG",
     "FRAMES_SENT",
     "FRAME_PAYLOADS",
     "GAP_SNAPSHOTS",
@@ -36,6 +39,9 @@ __all__ = [
     "OUTBOX_FRAMES",
     "OUTBOX_FRAMES_MAX",
     "PRIORITY_UPDATES_SENT",
+    "PROCESS_MAX_FDS",
+    "PROCESS_OPEN_FDS",
+    "PROCESS_RSS",
     "REQUEST_ERRORS",
     "SEQUENCE_REGRESSIONS",
     "SLOW_CONSUMER_DROPS",
@@ -45,6 +51,8 @@ __all__ = [
     "TICKS_ADMITTED",
     "TICKS_RECEIVED",
     "TICKS_REJECTED",
+    "UPGRADES",
+    "UPGRADES_THROTTLED",
     "counter_base",
 ]
 
@@ -90,6 +98,16 @@ DISCONNECTS = "monotape_disconnects_total"  # {reason}
 # consumer drops; gauges pending_batches, connected).
 NATS_BUS_PREFIX = "monotape_bus_"
 REQUEST_ERRORS = "monotape_request_errors_total"  # {code}
+# upgrades refused with 429: their source address failed too many (no token work was done)
+UPGRADES_THROTTLED = "monotape_upgrades_throttled_total"
+UPGRADES = "monotape_upgrades_total"  # terminals admitted: upgrades that became connections
+AUTH_VERIFY_SECONDS = "monotape_auth_verify_seconds_total"  # time in full (uncached) verifies
+FEED_EPOCH = "monotape_feed_epoch"  # {venue,handler}: the newest epoch the handler stamps with
+FEED_LAG = "monotape_feed_lag_seconds"  # {venue,handler}: the handler's delay behind the venue
+# prometheus_client's ProcessCollector (no monotape_ prefix: the standard process metrics)
+PROCESS_RSS = "process_resident_memory_bytes"
+PROCESS_OPEN_FDS = "process_open_fds"
+PROCESS_MAX_FDS = "process_max_fds"
 
 
 def counter_base(name: str) -> str:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
 import subprocess
+import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,6 +21,15 @@ from monotape.platform.auth import ensure_dev_keys, mint_token
 from monotape.platform.launch import launch
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+async def until(predicate: Callable[[], object], what: str, timeout_s: float = 20.0) -> None:
+    """Wait for ``predicate()`` to hold. The timeout is generous on purpose: the machine may be
+    busy (tests never assert how fast, only that it happens)."""
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, f"{what}: not reached within {timeout_s} s"
+        await asyncio.sleep(0.02)
 
 
 def mint(data_dir: Path, *, admin: bool = False, ttl_s: float = 3600, sub: str = "tests") -> str:

@@ -7,11 +7,13 @@ from pathlib import Path
 
 import pytest
 import websockets
+from hypothesis import given
+from hypothesis import strategies as st
 
-from monotape.platform.admission import TokenBucket
+from monotape.platform.admission import FailedUpgrades, TokenBucket
 from monotape.platform.node import Node
 from monotape.platform.sdk import TerminalClient
-from tests.conftest import node_config
+from tests.conftest import mint, node_config
 
 S = 1_000_000_000
 
@@ -67,9 +69,11 @@ async def test_storm_gets_503_with_retry_after_and_hydration_and_glass_are_measu
         await client.subscribe([i.key for i in hello.instruments[:40]])
         await asyncio.sleep(0.8)  # a few glass pings
         assert node.server.cohort, "with glass_share 1.0 every connection is in the cohort"
-        node.rotate_histograms()
-        assert node.latest_latency["hydrate"].count >= 1
-        assert node.latest_latency["glass"].count >= 1
+        # Counted since start: the node's own 10 s rotation may have closed an interval
+        # between the subscribe and here, so the latest interval alone can be empty.
+        recorders = node.stamps.recorders
+        assert recorders["hydrate"].recorded + recorders["hydrate"].pending >= 1
+        assert recorders["glass"].recorded + recorders["glass"].pending >= 1
         await client.close()
         await asyncio.sleep(0.2)
         assert not node.server.cohort  # teardown cleaned the cohort too
@@ -126,6 +130,106 @@ async def test_upgrades_are_shed_while_the_event_loop_is_late(tmp_path: Path) ->
         assert node.server.gate.rejected["overloaded"] == 1
         late[0] = False
         ws = await websockets.connect(url, max_size=2**23)
+        await ws.close()
+    finally:
+        await node.stop()
+
+
+# -- failed upgrades per source address (issue 10, A3) -------------------------------------------
+def test_an_address_may_fail_its_burst_then_is_throttled_until_it_regains_one() -> None:
+    f = FailedUpgrades(burst=3, per_s=0.5, max_addresses=100)
+    for _ in range(3):
+        assert f.allowed("10.0.0.1", 0)
+        f.failed("10.0.0.1", 0)
+    assert not f.allowed("10.0.0.1", 0)
+    assert f.throttled == 1
+    assert f.retry_after_s("10.0.0.1", 0) == 2  # one failure back every 2 s
+    assert f.allowed("10.0.0.2", 0), "another address is not affected"
+    assert not f.allowed("10.0.0.1", S)  # half a failure regained: not yet
+    assert f.allowed("10.0.0.1", 2 * S)
+    assert f.allowed("10.0.0.1", 6 * S) and len(f) == 0, "fully regained: forgotten"
+
+
+def test_the_table_is_bounded_least_recently_failed_first() -> None:
+    f = FailedUpgrades(burst=1, per_s=0.001, max_addresses=10)
+    for i in range(1000):
+        f.failed(f"10.0.{i // 256}.{i % 256}", i)
+    assert len(f) == 10
+    assert not f.allowed("10.0.3.231", 1000)  # the last one is held
+    assert f.allowed("10.0.0.0", 1000)  # the first one was evicted
+
+
+def test_burst_zero_turns_the_cap_off() -> None:
+    f = FailedUpgrades(burst=0, per_s=1.0, max_addresses=10)
+    for _ in range(100):
+        f.failed("10.0.0.1", 0)
+    assert f.allowed("10.0.0.1", 0) and len(f) == 0 and f.throttled == 0
+
+
+@given(
+    st.lists(st.tuples(st.sampled_from(["a", "b", "c"]), st.integers(0, 50 * S)), max_size=200).map(
+        lambda xs: sorted(xs, key=lambda x: x[1])
+    )
+)
+def test_no_address_fails_more_than_its_burst_plus_what_it_regained(
+    events: list[tuple[str, int]],
+) -> None:
+    """Whatever the order, the failures an address gets looked at never exceed burst + per_s
+    times the time elapsed since its first one (the bucket's promise)."""
+    burst, per_s = 4, 2.0
+    f = FailedUpgrades(burst=burst, per_s=per_s, max_addresses=1000)
+    looked_at: dict[str, list[int]] = {}
+    for address, now in events:
+        if f.allowed(address, now):
+            looked_at.setdefault(address, []).append(now)
+            f.failed(address, now)
+    for times in looked_at.values():
+        span_s = (times[-1] - times[0]) / S
+        assert len(times) <= burst + per_s * span_s + 1e-9
+
+
+async def test_tokenless_upgrades_cost_no_admission_budget_and_an_address_is_capped(
+    tmp_path: Path,
+) -> None:
+    """Before: the bucket was charged before the token was looked at. Now a tokenless or
+    malformed upgrade is a 401 that charges nothing, the flooding address gets 429 with a
+    Retry-After after its burst, and a terminal with a token still gets in."""
+    cfg = node_config(
+        tmp_path,
+        {
+            "simulator.rate": 500,
+            "auth.enabled": True,
+            "auth.max_token_bytes": 512,
+            "server.admission_rate_per_s": 0.01,  # effectively no refill during the test
+            "server.admission_burst": 2,
+            "server.failed_upgrades_burst": 5,
+            "server.failed_upgrades_per_s": 0.1,
+        },
+    )
+    node = Node(cfg)
+    await node.start()
+    url = f"ws://127.0.0.1:{node.ws_port}/"
+    gate = node.server.gate
+    try:
+        statuses = []
+        for bad in ("", "?token=not-a-jwt", "?token=a.b", "?token=" + "A" * 600 + ".b.c", "", ""):
+            with pytest.raises(websockets.InvalidStatus) as refused:
+                await websockets.connect(url + bad)
+            statuses.append(refused.value.response.status_code)
+        assert statuses == [401] * 5 + [429]
+        throttled = refused.value.response
+        assert int(throttled.headers["Retry-After"]) >= 1
+        assert gate.failures.throttled == 1
+        assert gate.bucket.admitted == 0 and gate.bucket.rejected == 0, "the bucket was charged"
+        # The throttled address is refused even with a good token; the cap is per address, and
+        # a terminal from another one gets in and is the first to charge the bucket.
+        token = mint(tmp_path)
+        with pytest.raises(websockets.InvalidStatus) as refused:
+            await websockets.connect(f"{url}?token={token}")
+        assert refused.value.response.status_code == 429
+        other = f"ws://127.0.0.1:{node.ws_port}/?token={token}"
+        ws = await websockets.connect(other, max_size=2**23, local_addr=("127.0.0.7", 0))
+        assert gate.bucket.admitted == 1
         await ws.close()
     finally:
         await node.stop()

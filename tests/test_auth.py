@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import concurrent.futures
 import hashlib
 import hmac
 import io
@@ -265,6 +266,8 @@ def _refusals(es: Pair, tmp_path: Path, clock: FakeClock) -> dict[str, tuple[str
         ),
         "HS256 with public key": (f"{hs_header}.{body}.{_b64(hs_sig)}", "algorithm not allowed"),
         "oversized": (good + "A" * 8192, "token too large"),
+        "exp NaN": (es.raw(_claims(clock, exp=float("nan"))), "invalid exp"),
+        "nbf Infinity": (es.raw(_claims(clock, nbf=float("inf"))), "invalid nbf"),
     }
 
 
@@ -279,7 +282,8 @@ def test_each_refusal_has_its_reason(
         assert err.value.reason == reason, case
         assert str(err.value) == reason
         seen.add(reason)
-    assert seen == set(REASONS) - {"unknown key id"}  # that one: test_jwks_picks_key_by_kid
+    # those two: test_jwks_picks_key_by_kid, test_two_authorization_headers_are_refused
+    assert seen == set(REASONS) - {"unknown key id", "duplicate Authorization"}
     assert verifier.cache_entries == 0  # refusals are never cached
     assert sum(verifier.refused.values()) == len(cases)
 
@@ -548,3 +552,102 @@ def test_www_authenticate() -> None:
 
 def test_keyset_without_default_refuses_kidless() -> None:
     assert KeySet("ES256", {}, None).key_for(None) is None
+
+
+# -- exp / nbf that are not dates (issue 10, A6) ---------------------------------------------------
+@pytest.mark.parametrize(
+    ("claim", "value"),
+    [
+        ("exp", float("nan")),
+        ("exp", float("inf")),
+        ("exp", float("-inf")),
+        ("exp", 1e300),  # never expiring, in effect
+        ("exp", 10**20),
+        ("exp", -1),
+        ("exp", True),
+        ("exp", "2030-01-01"),
+        ("nbf", float("nan")),
+        ("nbf", float("inf")),
+        ("nbf", 1e300),
+        ("nbf", False),
+    ],
+)
+def test_exp_and_nbf_must_be_finite_dates(
+    verifier: TokenVerifier, es: Pair, clock: FakeClock, claim: str, value: Any
+) -> None:
+    """Before: NaN and Infinity raised ValueError/OverflowError out of the verifier (a 500 on the
+    upgrade), 1e300 verified as a token that never expires. Now each is a 401 with its reason,
+    off the loop and on it alike."""
+    token = es.raw(_claims(clock, **{claim: value}))
+    with pytest.raises(AuthError) as err:
+        verifier.verify_sync(token)
+    assert err.value.reason == f"invalid {claim}"
+
+    async def on_the_loop() -> str:
+        with pytest.raises(AuthError) as err:
+            await verifier.verify(token)
+        return err.value.reason
+
+    assert asyncio.run(on_the_loop()) == f"invalid {claim}"
+    assert verifier.refused[f"invalid {claim}"] == 2
+    assert verifier.cache_entries == 0
+
+
+def test_the_last_representable_date_is_still_a_date(
+    verifier: TokenVerifier, es: Pair, clock: FakeClock
+) -> None:
+    claims = verifier.verify_sync(es.raw(_claims(clock, exp=253_402_300_799)))
+    assert claims.exp == 253_402_300_799
+    with pytest.raises(AuthError, match="invalid exp"):
+        verifier.verify_sync(es.raw(_claims(clock, exp=253_402_300_800)))
+
+
+def test_two_authorization_headers_are_refused() -> None:
+    """Before, the last one won (the gate built a dict of the headers): refuse instead."""
+    with pytest.raises(AuthError) as err:
+        token_from_request(
+            [("Authorization", "Bearer a.b.c"), ("authorization", "Bearer x.y.z")], ""
+        )
+    assert err.value.reason == "duplicate Authorization"
+    assert "duplicate Authorization" in REASONS
+    # One header, given as pairs, is read as before; other headers may repeat freely.
+    pairs = [("Cookie", "a=1"), ("Cookie", "b=2"), ("Authorization", "Bearer a.b.c")]
+    assert token_from_request(pairs, "token=q.r.s") == "a.b.c"
+
+
+@pytest.mark.parametrize(
+    ("token", "reason"),
+    [
+        (None, "missing token"),
+        ("", "missing token"),
+        ("x" * 9000, "token too large"),
+        ("onlyone", "malformed token"),
+        ("two.parts", "malformed token"),
+        ("four.parts.are.wrong", "malformed token"),
+        ("a.b.c d", "malformed token"),
+        ("a+b.c/d.e=", "malformed token"),  # base64, not base64url
+        ("é.b.c", "malformed token"),
+        (".b.c", "malformed token"),
+    ],
+)
+def test_precheck_refuses_the_cheap_cases_without_the_pool(
+    es: Pair, clock: FakeClock, token: str | None, reason: str
+) -> None:
+    """What the gate refuses before it charges any admission budget: nothing reaches the
+    verification threads (an executor that fails the test if used)."""
+
+    class NoPool(concurrent.futures.Executor):
+        def submit(self, *args: Any, **kwargs: Any) -> concurrent.futures.Future[Any]:
+            raise AssertionError("a cheap refusal used the verification pool")
+
+    v = TokenVerifier(load_public_pem(es.public, "ES256"), clock=clock, executor=NoPool())
+    with pytest.raises(AuthError) as err:
+        v.precheck(token)
+    assert err.value.reason == reason
+    assert v.refused[reason] == 1
+    assert v.cache_misses == 0
+
+
+def test_precheck_lets_a_well_formed_token_through(verifier: TokenVerifier, es: Pair) -> None:
+    verifier.precheck(es.raw({"sub": "a", "exp": 1}))  # shape only: no signature, no dates
+    assert not verifier.refused

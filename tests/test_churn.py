@@ -15,6 +15,7 @@ from monotape.invariants import (
 )
 from monotape.platform.churn import (
     ChurnConfig,
+    ChurnFailed,
     ChurnProgress,
     ChurnRefused,
     check_loopback,
@@ -96,7 +97,9 @@ async def test_churn_leaves_a_clean_server_and_the_invariants_hold(tmp_path: Pat
         await node.stop()
 
     assert report.started > 100, report
-    assert report.opened == report.started, report
+    # A busy machine may make the node shed a few upgrades (503 + Retry-After, by design): those
+    # sessions retry, and the ones still refused at their planned end gave up; none is an error.
+    assert report.opened + report.gave_up == report.started, report
     assert report.errors == 0, report.error_samples
     assert report.closed + report.rst == report.opened, report
     assert report.rst >= 1 and report.closed >= 1, report
@@ -114,3 +117,53 @@ async def test_churn_leaves_a_clean_server_and_the_invariants_hold(tmp_path: Pat
     assert monitor.runs > 50
     assert trips == [], trips
     assert all(r.ok for r in monitor.results.values()), monitor.results
+
+
+@pytest.mark.e2e
+async def test_designed_503s_are_retried_after_retry_after_and_never_errors(
+    tmp_path: Path,
+) -> None:
+    # A bucket of 5 upgrades/s with a burst of 5: the node sheds most of 40 arrivals/s with 503
+    # + Retry-After, as designed. Before, each refusal was an error and failed the soak on a
+    # busy machine; now the session waits Retry-After (+ jitter) and tries again.
+    node = Node(
+        node_config(
+            tmp_path,
+            {
+                "simulator.rate": 1000,
+                "server.admission_rate_per_s": 5,
+                "server.admission_burst": 5,
+            },
+        )
+    )
+    await node.start()
+    try:
+        cfg = ChurnConfig(
+            arrival_rate_per_s=40,
+            rate_multiple=1.0,
+            mean_session_s=4.0,
+            duration_s=4.0,
+            drain_s=10.0,
+            retry_cap_s=2.0,
+            seed=3,
+        )
+        report = await run_churn(f"ws://127.0.0.1:{node.ws_port}/", cfg)
+    finally:
+        await node.stop()
+    assert report.rejected > 0, report  # the node did shed
+    assert report.errors == 0, report.error_samples
+    assert report.opened > 5, report  # refused sessions came back and opened
+    assert report.opened + report.gave_up == report.started, report
+    assert node.server.gate.rejected["rate"] >= report.rejected
+
+
+async def test_a_refused_probe_is_one_line_with_the_reason(tmp_path: Path) -> None:
+    node = Node(node_config(tmp_path, {"auth.enabled": True}))
+    await node.start()
+    try:
+        with pytest.raises(ChurnFailed) as err:
+            await run_churn(f"ws://127.0.0.1:{node.ws_port}/", ChurnConfig(duration_s=1))
+    finally:
+        await node.stop()
+    assert "HTTP 401" in str(err.value) and "missing token" in str(err.value)
+    assert "\n" not in str(err.value)

@@ -140,6 +140,72 @@ def test_small_messages_round_trip(a: int, b: int, code: ErrorCode, text: str, r
     assert decode_message(codec.encode_ack(req, req, 3)) == Ack(req, req, 3)
 
 
+REFUSALS = st.lists(
+    st.builds(
+        codec.Refusal,
+        st.text(max_size=codec.MAX_KEY_TEXT),
+        st.sampled_from([int(c) for c in ErrorCode]),
+        st.text(max_size=200),
+    ),
+    min_size=1,
+    max_size=256,
+)
+
+
+@given(U32, REFUSALS)
+def test_refused_round_trip(req: int, refusals: list[codec.Refusal]) -> None:
+    assert decode_message(codec.encode_refused(req, refusals)) == codec.Refused(req, refusals)
+
+
+def test_refused_carries_one_request_s_keys() -> None:
+    one = codec.Refusal("A:B", int(ErrorCode.UNKNOWN_SYMBOL), "not in the dictionary")
+    with pytest.raises(ValueError):
+        codec.encode_refused(1, [])
+    with pytest.raises(ValueError):
+        codec.encode_refused(1, [one] * 257)
+
+
+ARRAY_MESSAGES = [
+    codec.encode_heartbeat(1234, 5),
+    codec.encode_error(ErrorCode.UNKNOWN_SYMBOL, "x", 7),
+    codec.encode_close(1001, 2500, "drain"),
+    codec.encode_ack(7, 40, 2),
+    codec.encode_refused(7, [codec.Refusal("A:B", 4, "not in the dictionary")]),
+    codec.encode_hello(
+        [Instrument(0, "XNAS:AAPL", "XNAS", "AAPL", 2, 1)],
+        frame_ms=40,
+        max_subscriptions=256,
+        max_priority=16,
+        server_id="a",
+    ),
+]
+
+
+@pytest.mark.parametrize("data", ARRAY_MESSAGES, ids=lambda d: codec.Kind(d[0]).name)
+@pytest.mark.parametrize("extra", [None, 0, "x", [1]])
+def test_arrays_with_trailing_elements_are_refused(data: bytes, extra: object) -> None:
+    """Each array holds exactly the fields docs/wire.md lists: one more is malformed, as a
+    trailing byte is (a reader that takes the first N would accept anything after them)."""
+    body = msgspec.msgpack.decode(data[1:])
+    decode_message(data[:1] + msgspec.msgpack.encode(body))  # the re-encoding itself is valid
+    with pytest.raises(CodecError, match="at most length"):
+        decode_message(data[:1] + msgspec.msgpack.encode([*body, extra]))
+    if data[0] in (codec.Kind.HELLO, codec.Kind.REFUSED):  # and in the nested rows
+        body[-1][0].append(extra)
+        with pytest.raises(CodecError, match="at most length"):
+            decode_message(data[:1] + msgspec.msgpack.encode(body))
+
+
+@given(st.integers(10, 255), st.binary(max_size=50))
+def test_unknown_kinds_are_skipped_not_malformed(kind: int, body: bytes) -> None:
+    assert decode_message(bytes([kind]) + body) == codec.UnknownKind(kind)
+
+
+def test_kind_zero_is_malformed() -> None:
+    with pytest.raises(CodecError, match="kind 0"):
+        decode_message(b"\x00")
+
+
 def test_hello_round_trip() -> None:
     ins = [Instrument(i, f"XNAS:S{i}", "XNAS", f"S{i}", 2, 1) for i in range(2400)]
     ins.append(Instrument(2400, "EBS:EUR/USD", "EBS", "EUR/USD", 5, 5))
@@ -208,7 +274,7 @@ def test_every_truncation_is_a_codec_error(data: bytes) -> None:
 @given(
     st.one_of(
         st.binary(max_size=200),
-        st.builds(lambda k, b: bytes([k]) + b, st.integers(1, 8), st.binary(max_size=200)),
+        st.builds(lambda k, b: bytes([k]) + b, st.integers(1, 9), st.binary(max_size=200)),
     )
 )
 def test_arbitrary_bytes_only_raise_codec_error(data: bytes) -> None:

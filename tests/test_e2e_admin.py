@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import http.client
 import json
 import time
 import urllib.error
@@ -121,3 +122,110 @@ async def test_upgrade_refuses_bad_tokens_and_closes_at_expiry(
     assert metrics[(m.DISCONNECTS, (("reason", "auth_expired"),))] == 1
     refused = {dict(k[1])["reason"] for k in metrics if k[0] == m.AUTH_REFUSED}
     assert {"missing token", "malformed token", "expired"} <= refused
+
+
+async def test_the_admin_index_symbols_and_parameters(server_factory: type) -> None:
+    server = server_factory.start("--rate", "4000")
+    admin = mint(server.data_dir, admin=True)
+
+    # The admin URL the banner prints answers: an index of the API (before: 404).
+    code, body = status(server, "/admin/")
+    assert code == 401 and "monotape token" in body["hint"]
+    code, body = status(server, "/admin/", admin)
+    assert code == 200
+    routes = {(r["method"], r["path"]): r for r in body["routes"]}
+    assert ("GET", "/admin/symbols") in routes and ("POST", "/admin/resume") in routes
+    latency = routes[("GET", "/admin/latency")]
+    assert {p["name"] for p in latency["parameters"]} == {"stage", "window"}
+
+    # /openapi.json declares the parameters too.
+    code, body = status(server, "/openapi.json")
+    params = body["paths"]["/admin/latency"]["get"]["parameters"]
+    assert {(p["name"], p["in"], p["required"]) for p in params} == {
+        ("stage", "query", True),
+        ("window", "query", False),
+    }
+    assert body["paths"]["/admin/symbols/{key}"]["get"]["parameters"][0]["in"] == "path"
+
+    # A window of 309+ digits overflows a float: a 400 naming the parameter, never a 500.
+    for path in ("/admin/latency?stage=write&window=", "/admin/latency/timeline?window="):
+        code, body = status(server, path + "9" * 320, admin)
+        assert code == 400 and body["parameter"] == "window", body
+        assert len(body["error"]) < 200  # the value is not echoed back whole
+    code, body = status(server, "/admin/connections?limit=" + "9" * 5000, admin)
+    assert code == 400 and body["parameter"] == "limit"
+
+    # /admin/symbols: keys by pattern, prices with their scale.
+    code, body = status(server, "/admin/symbols?pattern=xnas:aa*", admin)
+    assert code == 200 and body["count"] == len(body["symbols"]) >= 1
+    for row in body["symbols"]:
+        assert row["key"].startswith("XNAS:AA")
+        assert row["price_scale"] == 10 ** row["price_decimals"]
+    for _ in range(100):  # until some symbol has ticked
+        _, body = status(server, "/admin/symbols?limit=500", admin)
+        ticked = [r for r in body["symbols"] if r["current"]]
+        if ticked:
+            break
+        await asyncio.sleep(0.1)
+    assert body["count"] == 2400 and len(body["symbols"]) == 500
+    row = ticked[0]
+    cur = row["current"]
+    assert cur["price"]["last"] == pytest.approx(cur["last"] / row["price_scale"])
+    code, body = status(server, f"/admin/symbols/{row['key']}", admin)
+    assert code == 200 and body["price_scale"] == row["price_scale"]
+
+
+async def test_a_finished_drain_holds_until_resume(server_factory: type) -> None:
+    # No load shedding: the only 503 this test may see is the drain's, even on a busy machine.
+    server = server_factory.start(
+        "--rate", "2000", env={"MONOTAPE_SERVER__ADMISSION_MAX_LAG_MS": "0"}
+    )
+    admin = mint(server.data_dir, admin=True)
+    client = TerminalClient(server.url)
+    await client.connect()
+    drained = server.post("/admin/drain", admin)
+    assert drained["draining"] is True
+    for _ in range(200):
+        code, body = status(server, "/readyz")
+        if body["status"] == "drained":
+            break
+        await asyncio.sleep(0.05)
+    # Out of rotation until an operator resumes it: readyz 503, upgrades 503 + Retry-After.
+    assert (code, body["status"]) == (503, "drained")
+    for _ in range(200):
+        if not client.connected:
+            break
+        await asyncio.sleep(0.05)
+    assert not client.connected
+    assert client.close_message is not None and client.close_message.reason == "drain"
+    with pytest.raises(websockets.InvalidStatus) as refused:
+        await websockets.connect(server.url, max_size=2**23)
+    assert refused.value.response.status_code == 503
+    assert refused.value.response.body.startswith(b"draining")
+    assert refused.value.response.headers.get("Retry-After")
+    resumed = server.post("/admin/resume", admin)
+    assert resumed["resumed"] is True and resumed["draining"] is False
+    assert status(server, "/readyz")[0] == 200
+    again = TerminalClient(server.url)
+    await again.connect()
+    assert again.connected
+    await again.close()
+    await client.close()
+    assert server.post("/admin/resume", admin)["resumed"] is False  # nothing to resume
+
+
+def test_two_authorization_headers_on_the_admin_api_are_refused(server_factory: type) -> None:
+    server = server_factory.start("--rate", "1000")
+    admin = mint(server.data_dir, admin=True)
+    conn = http.client.HTTPConnection("127.0.0.1", server.admin_port, timeout=10)
+    try:
+        conn.putrequest("GET", "/admin/feeds")
+        conn.putheader("Authorization", f"Bearer {admin}")
+        conn.putheader("Authorization", f"Bearer {admin}")
+        conn.endheaders()
+        response = conn.getresponse()
+        body = json.loads(response.read())
+    finally:
+        conn.close()
+    assert response.status == 401
+    assert body["error"] == "unauthorized: duplicate Authorization"

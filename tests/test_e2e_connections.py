@@ -196,22 +196,34 @@ async def test_bad_input_gets_clear_errors_and_hurts_no_one(server_factory: type
     await ws.send(msgspec.msgpack.encode({"type": "subscribe", "req": "x", "keys": [keys[0]]}))
     err = await next_error(ws)
     assert err.code == codec.ErrorCode.INVALID_REQUEST and "req" in err.message
-    # Unknown symbol: refused whole; nothing subscribed.
+
+    async def next_refused(ws: websockets.ClientConnection) -> codec.Refused:
+        while True:
+            msg = codec.decode_message(await asyncio.wait_for(ws.recv(), 5))  # type: ignore[arg-type]
+            if isinstance(msg, codec.Refused):
+                return msg
+
+    # Unknown symbol: refused per key (REFUSED), the known key applied (wire protocol 2).
     await ws.send(encode_request(Subscribe(req=7, keys=[keys[0], "NOPE:NOTHING"])))
-    err = await next_error(ws)
-    assert err.code == codec.ErrorCode.UNKNOWN_SYMBOL and "NOPE:NOTHING" in err.message
-    assert err.req == 7
+    refused = await next_refused(ws)
+    assert refused.req == 7 and [(r.key, r.code) for r in refused.keys] == [
+        ("NOPE:NOTHING", codec.ErrorCode.UNKNOWN_SYMBOL)
+    ]
+    ack = await next_ack(ws)
+    assert (ack.req, ack.subscribed) == (7, 1)
     await ws.send(encode_request(Subscribe(req=8, keys=[keys[1]])))
     ack = await next_ack(ws)
-    assert (ack.req, ack.subscribed) == (8, 1), "the refused request changed state"
-    # Too many subscriptions: 256 max per connection.
+    assert (ack.req, ack.subscribed) == (8, 2)
+    # Too many subscriptions: 256 max per connection; the keys past it are refused.
     await ws.send(encode_request(Subscribe(req=9, keys=keys[2:200])))
-    assert (await next_ack(ws)).subscribed == 199
+    assert (await next_ack(ws)).subscribed == 200
     await ws.send(encode_request(Subscribe(req=10, keys=keys[200:300])))
-    err = await next_error(ws)
-    assert err.code == codec.ErrorCode.TOO_MANY_SUBSCRIPTIONS and err.req == 10
+    refused = await next_refused(ws)
+    assert refused.req == 10 and [r.key for r in refused.keys] == keys[256:300]
+    assert {r.code for r in refused.keys} == {codec.ErrorCode.TOO_MANY_SUBSCRIPTIONS}
+    assert (await next_ack(ws)).subscribed == 256
     await ws.send(encode_request(Subscribe(req=11, keys=[keys[1]])))
-    assert (await next_ack(ws)).subscribed == 199
+    assert (await next_ack(ws)).subscribed == 256
     await ws.close()
 
     # Text where binary is expected: an error, then close 1003 with a reason.

@@ -312,3 +312,25 @@ def test_applied_versions_and_prices_never_go_back_and_nothing_freezes(
     assert post_fence <= applied_ts
     if any(h.up for h in handlers):
         assert post_fence  # the tail is not vacuous while a handler lives
+
+
+def test_a_cold_start_takes_its_epoch_at_once() -> None:
+    # A node restarting on its data dir: the group's records say epoch 2, fence 250 ms after the
+    # previous start. The node's handlers start both twins themselves: the new epoch applies to
+    # the very first update, even one stamped before "now" (past the old fence).
+    clock = FakeClock()
+    store = MemoryEpochStore()
+    store.bump("XNAS", clock.wall_ns())
+    previous = store.bump("XNAS", clock.wall_ns() + 250 * MS)
+    clock.advance(5_000 * MS)
+    a, b = (FeedHandler("XNAS", n, 0, store, clock, update_ids=True) for n in "AB")
+    assert a.start(at_once=True) == EpochRecord(3, previous.fence_ts_ns)
+    assert b.start(at_once=True) == EpochRecord(4, previous.fence_ts_ns)
+    early = clock.wall_ns() - 10 * MS
+    for h in (a, b):
+        h.on_venue([update(1, early, 5)])
+        (tick,) = h.drain_due()
+        assert (tick.epoch, tick.seq) == (4, 5)  # above (2, anything) the last run showed
+    # A restart beside a live twin still waits for the fence.
+    a.stop()
+    assert a.start() == EpochRecord(5, clock.wall_ns() + 250 * MS)

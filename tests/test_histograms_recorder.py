@@ -136,7 +136,7 @@ def test_rotate_hands_out_filled_and_swaps_in_a_reset_spare() -> None:
 def test_recorders_cover_every_stage_and_rotate_together() -> None:
     recs = Recorders(start_ms=0)
     assert recs.stages == ALL_STAGES and recs.stages[:5] == STAGES
-    assert ALL_STAGES[5:] == ("glass", "hydrate", "priority")
+    assert ALL_STAGES[5:] == ("glass", "hydrate", "priority", "tick_to_write")
     recs["glass"].record_ns(3_000_000)
     intervals = recs.rotate_all(10_000)
     assert [i.stage for i in intervals] == list(ALL_STAGES)

@@ -5,12 +5,18 @@ from __future__ import annotations
 import asyncio
 import base64
 import os
+import struct
 from pathlib import Path
 
 from websockets.asyncio.client import connect
 
+from monotape.platform import codec
 from monotape.platform.node import Node
 from tests.conftest import node_config
+
+# Load shedding (503 while the event loop runs late) is not what these tests are about, and a
+# busy machine makes a freshly started node's loop late: off, so no test depends on quiet cores.
+QUIET = {"server.admission_max_lag_ms": 0}
 
 
 async def _silent_terminal(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
@@ -33,7 +39,7 @@ async def test_a_terminal_that_never_answers_is_torn_down_and_one_that_does_stay
     tmp_path: Path,
 ) -> None:
     cfg = node_config(
-        tmp_path, {"server.keepalive_interval_s": 1.0, "server.keepalive_timeout_s": 1.0}
+        tmp_path, {**QUIET, "server.keepalive_interval_s": 1.0, "server.keepalive_timeout_s": 1.0}
     )
     node = Node(cfg)
     await node.start()
@@ -59,7 +65,7 @@ async def test_a_terminal_that_never_answers_is_torn_down_and_one_that_does_stay
 
 
 async def test_keepalive_off_leaves_a_silent_terminal_alone(tmp_path: Path) -> None:
-    cfg = node_config(tmp_path, {"server.keepalive_interval_s": 0.0})
+    cfg = node_config(tmp_path, {**QUIET, "server.keepalive_interval_s": 0.0})
     node = Node(cfg)
     await node.start()
     try:
@@ -76,13 +82,17 @@ async def test_a_ping_that_cannot_be_sent_does_not_stall_the_others(tmp_path: Pa
     """websockets' ping() waits for queued bytes to drain; one terminal whose ping never goes
     out must not keep every terminal after it from being pinged (and timed out)."""
     cfg = node_config(
-        tmp_path, {"server.keepalive_interval_s": 1.0, "server.keepalive_timeout_s": 1.0}
+        tmp_path, {**QUIET, "server.keepalive_interval_s": 1.0, "server.keepalive_timeout_s": 1.0}
     )
     node = Node(cfg)
     await node.start()
     try:
         _, stuck_writer = await _silent_terminal(node.ws_port)  # first in iteration order
         _, silent_writer = await _silent_terminal(node.ws_port)
+        for _ in range(100):  # the 101 is out before the handler registers the connection
+            if len(node.server.connections) == 2:
+                break
+            await asyncio.sleep(0.05)
         stuck_id, silent_id = sorted(node.server.connections)
 
         async def never_sent() -> asyncio.Future[float]:
@@ -101,3 +111,57 @@ async def test_a_ping_that_cannot_be_sent_does_not_stall_the_others(tmp_path: Pa
         silent_writer.close()
     finally:
         await node.stop()
+
+
+async def test_a_keepalive_timeout_tells_the_terminal_why_and_when_to_come_back(
+    tmp_path: Path,
+) -> None:
+    """A terminal that is only slow to answer (not gone) still gets, after whatever it had not
+    read, the wire's CLOSE message and a close frame (1011, "keepalive timeout") with the
+    reconnect hint, before the socket ends."""
+    cfg = node_config(
+        tmp_path, {**QUIET, "server.keepalive_interval_s": 1.0, "server.keepalive_timeout_s": 1.0}
+    )
+    node = Node(cfg)
+    await node.start()
+    try:
+        reader, writer = await _silent_terminal(node.ws_port)
+        for _ in range(80):
+            await asyncio.sleep(0.1)
+            if node.server.stats.disconnects["keepalive_timeout"]:
+                break
+        assert node.server.stats.disconnects["keepalive_timeout"] == 1
+        data = await asyncio.wait_for(reader.read(), 5)  # to EOF: the server closed it
+        frames = _server_frames(data)
+        opcodes = [op for op, _ in frames]
+        assert opcodes[0] == 0x2 and opcodes[-1] == 0x8, opcodes  # hello first, close last
+        close_msg = codec.decode_message(frames[-2][1])
+        assert isinstance(close_msg, codec.Close)
+        assert (close_msg.code, close_msg.reconnect_after_ms) == (1011, 1000)
+        assert close_msg.reason == "keepalive timeout"
+        close_frame = frames[-1][1]
+        assert struct.unpack("!H", close_frame[:2])[0] == 1011
+        assert close_frame[2:].decode() == "keepalive timeout; reconnect_after_ms=1000"
+        writer.close()
+    finally:
+        await node.stop()
+
+
+def _server_frames(data: bytes) -> list[tuple[int, bytes]]:
+    """(opcode, payload) of each complete unmasked server frame in ``data``."""
+    frames = []
+    i = 0
+    while i + 2 <= len(data):
+        opcode, n = data[i] & 0x0F, data[i + 1] & 0x7F
+        i += 2
+        if n == 126:
+            (n,) = struct.unpack_from("!H", data, i)
+            i += 2
+        elif n == 127:
+            (n,) = struct.unpack_from("!Q", data, i)
+            i += 8
+        if i + n > len(data):
+            break
+        frames.append((opcode, data[i : i + n]))
+        i += n
+    return frames

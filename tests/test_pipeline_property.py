@@ -1,4 +1,4 @@
-"""DESIGN's property, end to end without sockets: for any interleaving of duplicates, drift,
+"""design's property, end to end without sockets: for any interleaving of duplicates, drift,
 handler restarts and a terminal that stalls (ring overflow -> gap -> snapshot), the versions a
 terminal renders for a symbol strictly increase, no older venue update is ever shown, and once
 the terminal has caught up its screen is exactly what the sequencer published.

@@ -16,6 +16,7 @@ from monotape.platform.soak import (
     Tolerances,
     config_from_args,
     format_report_line,
+    format_verdict,
     judge,
     parse_metrics,
     run_soak,
@@ -58,7 +59,7 @@ def sample(
     )
 
 
-def churn_report(*, errors: int = 0, cancelled: int = 0) -> ChurnReport:
+def churn_report(*, errors: int = 0, cancelled: int = 0, rejected: int = 0) -> ChurnReport:
     return ChurnReport(
         url="ws://127.0.0.1:1/",
         elapsed_s=60.0,
@@ -68,7 +69,9 @@ def churn_report(*, errors: int = 0, cancelled: int = 0) -> ChurnReport:
         closed=940,
         rst=60,
         errors=errors,
-        rejected=0,
+        rejected=rejected,
+        gave_up=min(rejected, 1),
+        timeouts=rejected,
         server_closed=errors,
         skipped=0,
         cancelled=cancelled,
@@ -180,6 +183,14 @@ def test_churn_errors_and_stragglers_fail() -> None:
     assert failed(v) == ["churn"]
     assert "4 errors" in v.check("churn").detail
     assert "1 sessions cancelled" in v.check("churn").detail
+
+
+def test_designed_503_refusals_are_reported_apart_and_never_fail() -> None:
+    # A busy machine makes the node shed upgrades (503 + Retry-After) and answer some handshakes
+    # late: the churn retries both, and the verdict names them without failing on them.
+    v = verdict(churn=churn_report(rejected=3))
+    assert v.passed, format_verdict(v)
+    assert "503 refusals 3, handshake timeouts 3" in v.check("churn").detail
 
 
 def test_server_exit_and_missing_samples_fail() -> None:
@@ -322,7 +333,10 @@ async def test_compressed_soak_leaves_the_server_exactly_as_it_found_it(tmp_path
     # The churn really ran and exercised both ways of leaving, as the server saw them.
     assert v.churn is not None
     assert v.churn.errors == 0 and v.churn.cancelled == 0, v.churn.error_samples
-    assert v.churn.opened > 5_000 and v.churn.closed > 0 and v.churn.rst > 0
+    # Every session that started either opened or, refused with 503 + Retry-After until its
+    # planned end, gave up (the node shedding on a busy machine: by design, not an error).
+    assert v.churn.opened + v.churn.gave_up == v.churn.started, v.churn
+    assert v.churn.opened > 1_000 and v.churn.closed > 0 and v.churn.rst > 0
     assert max(s.connections or 0 for s in v.samples) > 50  # real concurrency, not a trickle
     assert f.disconnects.get("closed", 0) > 0, f.disconnects
     assert f.disconnects.get("connection_lost", 0) > 0, f.disconnects

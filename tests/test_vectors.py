@@ -10,7 +10,13 @@ import msgspec
 import pytest
 
 from monotape.platform import codec, vectors
-from monotape.platform.requests import RequestError, decode_request
+from monotape.platform.requests import (
+    RequestError,
+    Subscribe,
+    Unsubscribe,
+    decode_request,
+    judge,
+)
 
 VECTORS = Path(__file__).parent / "vectors"
 BUILT = vectors.build()
@@ -85,3 +91,45 @@ def test_bad_request_vectors(case: dict[str, Any]) -> None:
     assert int(info.value.code) == case["error_code"]
     assert info.value.req == case["req"]
     assert case["names"] in info.value.message
+
+
+@pytest.mark.parametrize("case", load("requests.json")["judged"], ids=lambda c: c["name"])
+def test_judged_request_vectors(case: dict[str, Any]) -> None:
+    """A request that decodes is judged key by key: REFUSED (if any) then ACK, byte for byte."""
+    ids = {k: i for i, k in enumerate(case["dictionary"])}
+    held = frozenset(ids[k] for k in case["held"])
+    prio = frozenset(ids[k] for k in case["priority"])
+    request = decode_request(bytes.fromhex(case["request_hex"]))
+    ruling = judge(
+        request,
+        ids,
+        held,
+        prio,
+        max_subscriptions=case["max_subscriptions"],
+        max_priority=case["max_priority"],
+    )
+    assert [msgspec.to_builtins(r, order="deterministic") for r in ruling.refused] == [
+        [r["key"], r["code"], r["reason"]] for r in case["refused"]
+    ]
+    if case["refused_hex"] is None:
+        assert ruling.refused == []
+    else:
+        assert codec.encode_refused(request.req, ruling.refused).hex() == case["refused_hex"]
+        assert as_dict(codec.decode_message(bytes.fromhex(case["refused_hex"]))) == {
+            "req": request.req,
+            "keys": case["refused"],
+        }
+    # the ACK's counts after applying the ruling as a server does
+    subs, marks = set(held), set(prio)
+    if isinstance(request, Subscribe):
+        subs |= set(ruling.iids)
+    elif isinstance(request, Unsubscribe):
+        subs -= set(ruling.iids)
+        marks -= set(ruling.iids)
+    elif request.on:
+        marks |= set(ruling.iids)
+    else:
+        marks -= set(ruling.iids)
+    ack = codec.encode_ack(request.req, len(subs), len(marks))
+    assert ack.hex() == case["ack_hex"]
+    assert len(set(ruling.iids)) == len(ruling.iids)  # never twice in one snapshot

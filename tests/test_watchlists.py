@@ -1,4 +1,4 @@
-"""Watchlists: deterministic, shared like the DESIGN workload (4,200 -> about 260 sets)."""
+"""Watchlists: deterministic, shared like the design workload (4,200 -> about 260 sets)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 
 from monotape.platform.watchlists import describe_distribution, zipf_watchlists
 
-UNIVERSE = [f"V{v}:S{i:04d}" for v in range(6) for i in range(400)]  # DESIGN: ~2,400 instruments
+UNIVERSE = [f"V{v}:S{i:04d}" for v in range(6) for i in range(400)]  # design: ~2,400 instruments
 
 
 def test_4200_connections_collapse_to_about_260_sets() -> None:

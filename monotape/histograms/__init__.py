@@ -4,6 +4,7 @@ Units: recorders take nanoseconds; histograms hold whole microseconds, 1 µs..60
 digits (values outside are clamped to the bounds and counted). See docs/histograms.md.
 """
 
+from .buckets import STAGE_DURATION_BUCKETS_S, DurationBuckets, StageDurationCollector
 from .hdr import HIGHEST_US, LOWEST_US, SIGNIFICANT_DIGITS, new_histogram
 from .log import IntervalLogWriter, read_intervals
 from .query import Percentiles, merge, query, summarize, timeline
@@ -18,10 +19,13 @@ __all__ = [
     "LOWEST_US",
     "SIGNIFICANT_DIGITS",
     "STAGES",
+    "STAGE_DURATION_BUCKETS_S",
+    "DurationBuckets",
     "Interval",
     "IntervalLogWriter",
     "Percentiles",
     "Recorders",
+    "StageDurationCollector",
     "StageRecorder",
     "add_report_arguments",
     "merge",

@@ -1,7 +1,7 @@
 """The one histogram shape every stage uses, and the vectorized operations on it.
 
 Units: a histogram holds **microseconds** (integers), 1 µs .. 60 s at 3 significant digits
-(DESIGN, Observability). Recorders take nanoseconds and floor-divide by 1,000. A value below
+(design, Observability). Recorders take nanoseconds and floor-divide by 1,000. A value below
 1 µs lands in the 0 µs bucket; a negative value is clamped to 0 and a value above 60 s is clamped
 to 60 s (``HIGHEST_US``), so every tick is counted (a silent drop would make ``count`` lie) and
 the recorder counts how many it clamped.

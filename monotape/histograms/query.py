@@ -22,7 +22,7 @@ from .recorder import Interval
 
 __all__ = ["Percentiles", "merge", "query", "summarize", "timeline"]
 
-# Prometheus quantile label -> Percentiles field (DESIGN metric monotape_stage_latency_seconds).
+# Prometheus quantile label -> Percentiles field (design metric monotape_stage_latency_seconds).
 PROMETHEUS_QUANTILES: dict[str, str] = {
     "0.5": "p50_us",
     "0.99": "p99_us",

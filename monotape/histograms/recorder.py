@@ -26,6 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from . import hdr
+from .buckets import DurationBuckets
 from .stages import ALL_STAGES, check_stage
 
 __all__ = ["Interval", "Recorders", "StageRecorder"]
@@ -70,7 +71,10 @@ class StageRecorder:
         self._fill = 0
         self._start_ms = start_ms
         self.clamped = 0  # values outside [0 µs, 60 s] recorded at the bound, since start
-        self.recorded = 0  # values recorded since start (flushed or not)
+        self.recorded = 0  # values flushed into a histogram since start (see `pending`)
+        # The same values again as Prometheus buckets (monotape_stage_duration_seconds): bucket
+        # counts add across processes and hosts, HDR quantiles do not (buckets.py).
+        self.buckets = DurationBuckets()
 
     @property
     def buffer_capacity(self) -> int:
@@ -95,6 +99,7 @@ class StageRecorder:
         us, clamped = hdr.clamp_ns_to_us(values_ns)
         us = us.reshape(-1)
         hdr.record_us(self._active, us)
+        self.buckets.add_us(us)
         self.clamped += clamped
         self.recorded += int(us.shape[0])
 
@@ -105,6 +110,7 @@ class StageRecorder:
             return
         us, clamped = hdr.clamp_ns_to_us(self._view[:n])
         hdr.record_us(self._active, us)
+        self.buckets.add_us(us)
         self.clamped += clamped
         self.recorded += n
         self._fill = 0

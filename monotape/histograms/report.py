@@ -6,12 +6,15 @@
 ``--last`` takes a number with a unit (``ms``, ``s``, ``m``, ``h``, ``d``; bare = seconds).
 ``--from``/``--to`` take ISO-8601 (no offset = UTC) or epoch seconds; ``--to`` defaults to now.
 With neither, the window is the last 60 s. Bad values exit 2 with a message naming the flag.
+A window with no values says so (how many interval logs it read, and where) instead of a table
+of zeros; ``--json`` still prints the (empty) result, with that note on stderr.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import math
 import re
 import sys
 import time
@@ -33,7 +36,9 @@ __all__ = [
 ]
 
 DEFAULT_LAST = "60s"
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_DURATION = re.compile(r"^\s*(\d{1,15}(?:\.\d{1,9})?)\s*(ms|s|m|h|d)?\s*$")
+# A number of more digits than this is no duration anyone means (and 309 of them overflow a
+# float); it is refused like any other unparseable value, never a 500.
 _UNIT_MS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 
@@ -58,7 +63,7 @@ def parse_duration_ms(text: str, flag: str = "--last") -> int:
     match = _DURATION.match(text)
     if match is None:
         raise ReportArgumentError(
-            flag, f"cannot parse {text!r} as a duration (e.g. 40s, 500ms, 5m, 2h, 1d)"
+            flag, f"cannot parse {text[:40]!r} as a duration (e.g. 40s, 500ms, 5m, 2h, 1d)"
         )
     ms = round(float(match.group(1)) * _UNIT_MS[match.group(2) or "s"])
     if ms <= 0:
@@ -69,9 +74,13 @@ def parse_duration_ms(text: str, flag: str = "--last") -> int:
 def parse_time_ms(text: str, flag: str) -> int:
     """Epoch seconds (``1764460800.5``) or ISO-8601 (naive means UTC) to epoch milliseconds."""
     try:
-        return round(float(text) * 1000)
+        seconds = float(text)
     except ValueError:
         pass
+    else:
+        if not math.isfinite(seconds) or abs(seconds) > 1e12:
+            raise ReportArgumentError(flag, f"{text[:40]!r} is not a time (epoch seconds)")
+        return round(seconds * 1000)
     try:
         when = dt.datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
     except ValueError as exc:
@@ -148,8 +157,15 @@ def run_report(args: argparse.Namespace, data_dir: str, *, now_ms: int | None = 
         print(f"monotape hdr report: error: --dir: no such directory: {directory}", file=sys.stderr)
         return 2
     result = query(directory, args.stage, start, end)
+    empty = result.count == 0
+    note = (
+        f"no {args.stage} values in [{_iso(start)}, {_iso(end)}): {result.intervals} intervals "
+        f"read under {directory} (is a node writing there? try a longer --last)"
+    )
     if getattr(args, "json", False):
         print(msgspec.json.encode(result).decode())
+        if empty:
+            print(f"monotape hdr report: {note}", file=sys.stderr)
     else:
-        print(format_table(result))
+        print(f"stage {args.stage}: {note}" if empty else format_table(result))
     return 0

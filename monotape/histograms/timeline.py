@@ -1,5 +1,5 @@
 """Per-interval stage percentiles with the GC pauses of each interval overlaid: the body of
-GET /admin/latency/timeline (DESIGN: Admin API).
+GET /admin/latency/timeline (design: Admin API).
 
 Slots are the 10 s rotation grid of the wall clock (``query.timeline``); a pause goes to the slot
 its start lies in, the same window rule as the intervals, so every pause is listed once.

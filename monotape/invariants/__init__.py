@@ -1,6 +1,6 @@
 """Invariants: checks that a sound fan-out keeps, and the monitor that runs them every 30 s.
 
-DESIGN (Observability): subscription cardinality and no index entry pointing at a dead
+design (Observability): subscription cardinality and no index entry pointing at a dead
 connection. ``checks`` holds the checks (no I/O), ``monitor`` runs them on a schedule and logs
 transitions once, ``collector`` exports ``monotape_invariant_violation{invariant}`` at scrape time.
 """

@@ -1,6 +1,6 @@
 """The checks: each one compares two numbers that a sound system keeps equal.
 
-DESIGN (Observability): every 30 s, subscription cardinality (Σ subscriber-set sizes = Σ
+design (Observability): every 30 s, subscription cardinality (Σ subscriber-set sizes = Σ
 per-connection subscription counts) and no index entry pointing at a dead connection. The seed
 system's abrupt disconnects (peer RST, ~6% of all) ran the error path first, which deleted the
 connection entry, so the close path found nothing and skipped cleanup: after 60 hours 19% of hot

@@ -24,7 +24,7 @@ from monotape.log import log_event
 
 __all__ = ["DEFAULT_INTERVAL_S", "InvariantMonitor"]
 
-DEFAULT_INTERVAL_S = 30.0  # DESIGN (Observability): "Invariants, every 30 s"
+DEFAULT_INTERVAL_S = 30.0  # design (Observability): "Invariants, every 30 s"
 
 
 class InvariantMonitor:

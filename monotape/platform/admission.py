@@ -1,16 +1,24 @@
-"""Admission on the upgrade path: a token bucket, and a 503 when it is empty — never a queue.
+"""Admission on the upgrade path: a token bucket, and a 503 when it is empty — never a queue;
+and a per-source-address cap on failed upgrades, so refusals stay cheap.
 
-DESIGN (Connections): 1,200 upgrades/s sustained, bursts of 2,500 per host, split across writer
+design (Connections): 1,200 upgrades/s sustained, bursts of 2,500 per host, split across writer
 processes. At the open thousands of terminals reconnect inside 1-2 s; queueing them would turn
 timeouts into retries into a larger second wave (the seed's metastable collapse). Refusing fast
 with a jittered Retry-After spreads the wave instead. A pure state machine on an injected clock.
+
+The bucket is charged only for verified terminals: a tokenless flood that spent it (measured:
+~2,190 tokenless upgrades/s made 35% of real connects get 503) was a denial of service for the
+price of a TCP connect. What fails is counted per source address instead (``FailedUpgrades``),
+and an address past its allowance is refused (429) before any token work.
 """
 
 from __future__ import annotations
 
+import math
 import random
+from collections import OrderedDict
 
-__all__ = ["TokenBucket"]
+__all__ = ["FailedUpgrades", "TokenBucket"]
 
 
 class TokenBucket:
@@ -51,3 +59,64 @@ class TokenBucket:
     @property
     def tokens(self) -> float:
         return self._tokens
+
+
+class FailedUpgrades:
+    """Failed upgrades per source address: each address may fail ``burst`` times, regaining one
+    failure every ``1 / per_s`` seconds; past that ``allowed`` says no until it has regained one.
+
+    Bounded: at most ``max_addresses`` entries, the least recently failed evicted first; an
+    address that has regained its whole allowance is forgotten on its next lookup. A flood from
+    more addresses than the table holds evicts entries and gets through the cap, to 401s that
+    cost no admission budget and no signature check (only a well-formed token reaches the
+    verifier), so the cap is a cheapness measure, not the only line of defence."""
+
+    __slots__ = ("_table", "burst", "max_addresses", "per_s", "throttled")
+
+    def __init__(self, burst: int, per_s: float, max_addresses: int) -> None:
+        if burst < 0 or per_s <= 0 or max_addresses < 1:
+            raise ValueError(
+                f"need burst >= 0, per_s > 0, max_addresses >= 1, got {burst}, {per_s}, "
+                f"{max_addresses}"
+            )
+        self.burst = burst  # 0: the cap is off
+        self.per_s = per_s
+        self.max_addresses = max_addresses
+        self._table: OrderedDict[str, tuple[float, int]] = OrderedDict()  # addr -> (left, ts)
+        self.throttled = 0  # upgrades refused because their address was over its allowance
+
+    def _left(self, address: str, now_ns: int) -> float:
+        entry = self._table.get(address)
+        if entry is None:
+            return float(self.burst)
+        left, ts = entry
+        left = min(float(self.burst), left + max(0, now_ns - ts) * self.per_s / 1e9)
+        if left >= self.burst:
+            del self._table[address]  # back to a clean slate: nothing worth remembering
+        return left
+
+    def allowed(self, address: str, now_ns: int) -> bool:
+        """May an upgrade from ``address`` be looked at? False counts it as throttled."""
+        if self.burst == 0 or self._left(address, now_ns) >= 1.0:
+            return True
+        self.throttled += 1
+        return False
+
+    def failed(self, address: str, now_ns: int) -> None:
+        """An upgrade from ``address`` was refused (bad or missing token)."""
+        if self.burst == 0:
+            return
+        left = max(0.0, self._left(address, now_ns) - 1.0)
+        table = self._table
+        table[address] = (left, now_ns)
+        table.move_to_end(address)
+        while len(table) > self.max_addresses:
+            table.popitem(last=False)
+
+    def retry_after_s(self, address: str, now_ns: int) -> int:
+        """Whole seconds until ``address`` may fail once more (RFC 9110 §10.2.3), at least 1."""
+        missing = 1.0 - self._left(address, now_ns)
+        return max(1, math.ceil(missing / self.per_s))
+
+    def __len__(self) -> int:
+        return len(self._table)

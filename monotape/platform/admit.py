@@ -1,6 +1,6 @@
 """The ordering guard: one rule, shared by the sequencer and every terminal SDK.
 
-DESIGN (Ordering): a tick whose version is at or below the symbol's current version is never
+design (Ordering): a tick whose version is at or below the symbol's current version is never
 applied. An exact repeat of the current version is a *duplicate* (the redundant twin's copy);
 anything older is a *regression* (a late twin, a stale epoch). Wall clocks never arbitrate.
 """

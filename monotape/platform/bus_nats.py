@@ -1,6 +1,6 @@
 """The tick bus across hosts: NATS core pub/sub, batched (docs/nats.md).
 
-Feed handlers publish normalized ticks; every host's sequencer subscribes (DESIGN: Processes and
+Feed handlers publish normalized ticks; every host's sequencer subscribes (design: Processes and
 scale). One NATS message per tick cannot carry the 190,000 ticks/s spike (MEASURED: one nats-py
 subscriber receives ~234k msgs/s end to end, with Python overhead per message), so a message
 carries a *batch*: the ticks one ``publish()`` call handed over, split by venue, msgpack-encoded
@@ -10,7 +10,7 @@ Subjects (``SubjectScheme``):
 
 - ``BATCH`` (the default, the high-rate path): ``md.<venue>.batch``, one message per
   (venue, batch). A sequencer subscribes ``md.*.batch`` (or ``md.<venue>.batch`` per venue).
-- ``SYMBOL``: ``md.<venue>.<symbol>``, the per-symbol contract of DESIGN, one message per
+- ``SYMBOL``: ``md.<venue>.<symbol>``, the per-symbol contract of design, one message per
   (venue, symbol) within a batch. Meant for low-rate deployments and for tools that want one
   instrument without decoding a venue's stream; it needs the iid -> symbol map.
 
@@ -50,6 +50,7 @@ from prometheus_client.registry import Collector
 from monotape import metric_names as m
 from monotape.log import log_event
 from monotape.platform.bus import TickSink
+from monotape.platform.feeds.validate import Refusal, TickGate
 from monotape.platform.model import Tick
 
 __all__ = [
@@ -103,6 +104,9 @@ class TickCodec:
         self._encoder = msgspec.msgpack.Encoder()
         self._as_arrays = msgspec.msgpack.Decoder(list[WireTick])
         self._as_maps = msgspec.msgpack.Decoder(list[Tick])
+        self._items = msgspec.msgpack.Decoder(list[msgspec.Raw])
+        self._one_array = msgspec.msgpack.Decoder(WireTick)
+        self._one_map = msgspec.msgpack.Decoder(Tick)
 
     def encode(self, ticks: Sequence[Tick]) -> bytes:
         if self.array_like:
@@ -114,6 +118,22 @@ class TickCodec:
         if _first_item_is_map(data):
             return self._as_maps.decode(data)
         return list(self._as_arrays.decode(data))
+
+    def decode_each(self, data: bytes) -> list[Tick | msgspec.DecodeError]:
+        """Item by item, for a batch ``decode`` refused: each item is a tick or the error that
+        says why it is not one, so one malformed tick does not cost its batch. Raises
+        ``msgspec.DecodeError`` if ``data`` is not a msgpack array at all."""
+        out: list[Tick | msgspec.DecodeError] = []
+        for raw in self._items.decode(data):
+            item = bytes(raw)
+            try:
+                if item and (0x80 <= item[0] <= 0x8F or item[0] in (0xDE, 0xDF)):
+                    out.append(self._one_map.decode(item))
+                else:
+                    out.append(self._one_array.decode(item))
+            except msgspec.DecodeError as exc:
+                out.append(exc)
+        return out
 
 
 def _first_item_is_map(data: bytes) -> bool:
@@ -163,6 +183,7 @@ class NatsTickBus:
         max_pending_batches: int = DEFAULT_MAX_PENDING_BATCHES,
         venues: Sequence[str] | None = None,
         name: str = "monotape",
+        gate: TickGate | None = None,
     ) -> None:
         self.scheme = SubjectScheme(scheme)
         if self.scheme is SubjectScheme.SYMBOL and symbols is None:
@@ -175,6 +196,9 @@ class NatsTickBus:
         self.max_pending_batches = max_pending_batches
         self.venues = list(venues) if venues else None  # subscribe filter; None: every venue
         self.name = name
+        # The NATS door for ticks (``validate``): what arrives is checked before any sink sees
+        # it; a tick out of the wire's range is refused, counted and logged with its subject.
+        self.gate = gate
         # Counters (plain ints: read at scrape time, never incremented through a metric client).
         self.published_batches = 0  # accepted into the outbox
         self.published_ticks = 0
@@ -406,22 +430,44 @@ class NatsTickBus:
                 outbox.popleft()
 
     async def _on_msg(self, msg: Msg) -> None:
+        ticks: Sequence[Tick]
         try:
             ticks = self.codec.decode(msg.data)
         except msgspec.DecodeError as exc:
             self.decode_errors += 1
             self.last_error = f"{msg.subject}: {exc}"
-            return
+            ticks = self._salvage(msg.subject, msg.data)
         if not ticks:
             return
         self.received_batches += 1
         self.received_ticks += len(ticks)
+        if self.gate is not None:
+            ticks = self.gate.admit(ticks, f"nats {msg.subject}")
+            if not ticks:
+                return
         for sink in self._sinks:
             try:
                 sink(ticks)
             except Exception as exc:  # one sink's bug must not stop the stream for the others
                 self.sink_errors += 1
                 self.last_error = repr(exc)
+
+    def _salvage(self, subject: str, data: bytes) -> list[Tick]:
+        """The ticks of a batch that did not decode whole; every other item is refused."""
+        parts = subject.split(".")
+        venue = parts[1] if len(parts) > 2 else ""
+        try:
+            items = self.codec.decode_each(data)
+        except msgspec.DecodeError as exc:
+            items = [exc]  # not a batch at all: one refusal for the message
+        ticks: list[Tick] = []
+        for i, item in enumerate(items):
+            if isinstance(item, Tick):
+                ticks.append(item)
+            elif self.gate is not None:
+                detail = f"item {i}: {' '.join(str(item).split())}"
+                self.gate.refuse(venue, Refusal.UNDECODABLE, f"nats {subject}", detail)
+        return ticks
 
     async def _on_error(self, exc: Exception) -> None:
         if isinstance(exc, nats.errors.SlowConsumerError):

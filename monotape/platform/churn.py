@@ -5,9 +5,9 @@ process (``arrival_rate_per_s`` x ``rate_multiple``), last an exponentially dist
 (mean ``mean_session_s``), subscribe to a Zipf watchlist (``watchlists.zipf_watchlists``, the
 workload's sharing), change subscriptions now and then (swap to another desk's list, or drop a
 few symbols), and leave either gracefully (a WebSocket close handshake) or abruptly (an RST:
-``SO_LINGER (1, 0)`` then close, ~6% of disconnects, DESIGN: The workload). The abrupt leavers
-are the ones that exposed the seed's teardown bug (the error path ran first and the close path
-skipped cleanup), so the driver exists to pair with the invariants.
+``SO_LINGER (1, 0)`` then close, ~6% of disconnects in the workload, docs/design.md). The
+abrupt leavers are the ones that exposed the seed's teardown bug (the error path ran first and
+the close path skipped cleanup), so the driver exists to pair with the invariants.
 
 Bounded everywhere (STYLE 7): in time (``duration_s``, then at most ``drain_s`` for stragglers),
 in concurrency (``max_connections``: an arrival over the cap is counted as ``skipped``, never
@@ -17,6 +17,14 @@ storm aimed at a production endpoint is exactly what it must never be.
 Plain ``websockets`` clients with binary requests (``requests.encode_request``), not the SDK:
 the driver needs connection churn, not a rendered view. Every task it starts is finished or
 cancelled, and every socket closed, before ``run_churn`` returns.
+
+A node that sheds load answers an upgrade with HTTP 503 and ``Retry-After`` (admission control,
+by design): a session so refused waits that long (plus up to a second of jitter, so the retries
+do not come back as one wave) and tries again until its planned end; an opening handshake that
+times out (a node starved of CPU answers late) is retried the same way. Those are counted apart
+(``rejected``, ``timeouts``, ``gave_up``), never as errors: an error is what a healthy node
+should not do. The token, when the node wants one, travels in an ``Authorization`` header;
+the report never carries it.
 """
 
 from __future__ import annotations
@@ -28,7 +36,7 @@ import random
 import sys
 from collections.abc import Callable
 from typing import Annotated, Final
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 import msgspec
 import websockets
@@ -39,10 +47,12 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from monotape.platform import codec
 from monotape.platform.requests import MAX_KEYS, Subscribe, Unsubscribe, encode_request
 from monotape.platform.rst import reset
+from monotape.platform.sdk import parse_retry_after
 from monotape.platform.watchlists import zipf_watchlists
 
 __all__ = [
     "ChurnConfig",
+    "ChurnFailed",
     "ChurnProgress",
     "ChurnRefused",
     "ChurnReport",
@@ -73,6 +83,7 @@ class ChurnConfig(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fiel
     open_timeout_s: Positive = 5.0
     close_timeout_s: Positive = 2.0
     progress_interval_s: Positive = 1.0
+    retry_cap_s: Positive = 10.0  # a 503's Retry-After is honoured up to this long
     seed: int = 1
 
 
@@ -99,7 +110,9 @@ class ChurnReport(msgspec.Struct, frozen=True):
     closed: int
     rst: int
     errors: int
-    rejected: int  # HTTP 503 at the upgrade (admission control): part of errors
+    rejected: int  # HTTP 503 + Retry-After at the upgrade (shedding, by design): retried
+    gave_up: int  # sessions still refused (503) or timing out at their planned end: not errors
+    timeouts: int  # opening handshakes that timed out (a starved node): retried, not errors
     server_closed: int  # the server closed the session first: part of errors
     skipped: int
     cancelled: int  # still running after drain_s and cancelled
@@ -117,6 +130,10 @@ class ChurnReport(msgspec.Struct, frozen=True):
 
 class ChurnRefused(ValueError):
     """The URL is not one the driver will aim at (not ws://, or not loopback)."""
+
+
+class ChurnFailed(RuntimeError):
+    """The probe session could not read the dictionary; ``str()`` is one line saying why."""
 
 
 def check_loopback(url: str) -> tuple[str, int]:
@@ -155,7 +172,8 @@ def print_progress(p: ChurnProgress) -> None:
 class _Tally:
     def __init__(self) -> None:
         self.started = self.opened = self.closed = self.rst = self.errors = 0
-        self.rejected = self.server_closed = self.skipped = self.cancelled = 0
+        self.rejected = self.gave_up = self.server_closed = self.skipped = self.cancelled = 0
+        self.timeouts = 0
         self.open = self.pending = self.peak_open = 0
         self.subscribes = self.changes = self.messages = 0
         self.error_samples: list[str] = []
@@ -169,9 +187,10 @@ class _Tally:
 class _Churn:
     """One run: the arrival loop, the sessions and their counters."""
 
-    def __init__(self, url: str, cfg: ChurnConfig) -> None:
+    def __init__(self, url: str, cfg: ChurnConfig, token: str | None = None) -> None:
         self.url = url
         self.cfg = cfg
+        self.headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.rng = random.Random(cfg.seed)
         self.tally = _Tally()
         self.watchlists: list[list[str]] = []
@@ -201,11 +220,34 @@ class _Churn:
             max_size=8 * 1024 * 1024,  # the hello carries the whole dictionary
             max_queue=64,
             ping_interval=None,
+            additional_headers=self.headers,
         )
+
+    async def _probe(self) -> ClientConnection:
+        """The probe's connection: a 503 is retried after its Retry-After (for up to
+        ``open_timeout_s`` x 4); any other refusal is a ChurnFailed naming the server's reason."""
+        deadline = self.loop.time() + 4 * self.cfg.open_timeout_s
+        while True:
+            try:
+                return await self._connect()
+            except InvalidStatus as exc:
+                r = exc.response
+                wait = parse_retry_after(r.headers.get("Retry-After"))
+                designed = r.status_code == 503 and wait is not None
+                if designed and wait is not None and self.loop.time() + wait < deadline:
+                    await asyncio.sleep(min(wait, self.cfg.retry_cap_s))
+                    continue
+                body = (r.body or b"").decode(errors="replace").strip()[:200]
+                raise ChurnFailed(
+                    f"the node refused the probe: HTTP {r.status_code} {body}"
+                ) from None
+            except (OSError, TimeoutError, websockets.InvalidHandshake) as exc:
+                why = getattr(exc, "strerror", None) or repr(exc)
+                raise ChurnFailed(f"cannot connect to {_redact(self.url)}: {why}") from None
 
     async def load_keys(self) -> None:
         """One probe session reads the hello: the dictionary names every symbol."""
-        ws = await self._connect()
+        ws = await self._probe()
         try:
             msg = codec.decode_message(bytes(await ws.recv(decode=False)))
         finally:
@@ -250,16 +292,11 @@ class _Churn:
         ws: ClientConnection | None = None
         try:
             try:
-                ws = await self._connect()
-            except InvalidStatus as exc:
-                t.rejected += 1
-                t.error(f"upgrade refused: HTTP {exc.response.status_code}")
-                return
-            except (OSError, TimeoutError, websockets.InvalidHandshake) as exc:
-                t.error(f"connect failed: {exc!r}")
-                return
+                ws = await self._open(leave_at, rng)
             finally:
                 t.pending -= 1
+            if ws is None:
+                return
             t.opened += 1
             t.open += 1
             t.peak_open = max(t.peak_open, t.open)
@@ -270,6 +307,40 @@ class _Churn:
         finally:
             if ws is not None:
                 ws.transport.abort()  # no-op after a clean close; frees the socket otherwise
+
+    async def _open(self, leave_at: float, rng: random.Random) -> ClientConnection | None:
+        """The session's connection, retrying a 503 after its Retry-After until ``leave_at``;
+        None if it never opened (counted: an error, or ``gave_up`` after designed refusals)."""
+        t = self.tally
+        while True:
+            try:
+                return await self._connect()
+            except InvalidStatus as exc:
+                r = exc.response
+                wait = parse_retry_after(r.headers.get("Retry-After"))
+                if r.status_code != 503 or wait is None:
+                    body = (r.body or b"").decode(errors="replace").strip()[:100]
+                    t.error(f"upgrade refused: HTTP {r.status_code} {body}".rstrip())
+                    return None
+                t.rejected += 1
+                # Honour Retry-After, plus jitter so the refused do not return as one wave.
+                wait = min(wait, self.cfg.retry_cap_s) + rng.random()
+                if self.loop.time() + wait >= leave_at:
+                    t.gave_up += 1
+                    return None
+                await asyncio.sleep(wait)
+            except TimeoutError:
+                # No answer within open_timeout_s: a node whose loop is starved (a busy machine)
+                # answers late, not wrongly. A terminal backs off and tries again; so does this.
+                t.timeouts += 1
+                wait = 0.5 + rng.random()
+                if self.loop.time() + wait >= leave_at:
+                    t.gave_up += 1
+                    return None
+                await asyncio.sleep(wait)
+            except (OSError, websockets.InvalidHandshake) as exc:
+                t.error(f"connect failed: {exc!r}")
+                return None
 
     async def _converse(
         self, ws: ClientConnection, leave_at: float, rst: bool, rng: random.Random
@@ -352,7 +423,7 @@ class _Churn:
     def report(self) -> ChurnReport:
         t, cfg = self.tally, self.cfg
         return ChurnReport(
-            url=self.url,
+            url=_redact(self.url),
             elapsed_s=round(self.loop.time() - self.t0, 3),
             target_arrivals_per_s=cfg.arrival_rate_per_s * cfg.rate_multiple,
             started=t.started,
@@ -361,6 +432,8 @@ class _Churn:
             rst=t.rst,
             errors=t.errors,
             rejected=t.rejected,
+            gave_up=t.gave_up,
+            timeouts=t.timeouts,
             server_closed=t.server_closed,
             skipped=t.skipped,
             cancelled=t.cancelled,
@@ -370,6 +443,12 @@ class _Churn:
             messages=t.messages,
             error_samples=list(t.error_samples),
         )
+
+
+def _redact(url: str) -> str:
+    """Without the query, where a ``?token=`` may sit: a report never carries a token."""
+    p = urlsplit(url)
+    return urlunsplit((p.scheme, p.netloc, p.path, "", ""))
 
 
 def _closed_why(reader: asyncio.Task[None]) -> str:
@@ -389,14 +468,17 @@ async def run_churn(
     url: str,
     cfg: ChurnConfig,
     progress: Callable[[ChurnProgress], None] | None = None,
+    *,
+    token: str | None = None,
 ) -> ChurnReport:
     """Run one churn against ``url`` (loopback only) and report what happened.
 
     Returns after ``cfg.duration_s`` plus at most ``cfg.drain_s``; raises ChurnRefused for a
-    non-loopback URL and OSError if the probe connection (which reads the dictionary) fails.
+    non-loopback URL and ChurnFailed if the probe connection (which reads the dictionary)
+    fails. ``token`` goes in every session's ``Authorization`` header.
     """
     check_loopback(url)
-    churn = _Churn(url, cfg)
+    churn = _Churn(url, cfg, token)
     await churn.load_keys()
     churn.t0 = churn.loop.time()
     churn.t_end = churn.t0 + cfg.duration_s

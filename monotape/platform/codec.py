@@ -2,7 +2,7 @@
 
 Hot-path messages (SNAPSHOT, FRAME, PRIORITY) are hand-laid binary made of per-symbol *records*
 that the encoder builds once per frame per symbol and the fan-out joins into many payloads
-(DESIGN: encode once, share the bytes), so a record is self-delimiting and knows nothing of the
+(encode once, share the bytes), so a record is self-delimiting and knows nothing of the
 message it sits in. Infrequent messages are a kind byte plus an array-like msgpack body.
 
 Measured with timeit on the shared 2 vCPU dev box (CPython 3.11, noisy, min of 5 runs):
@@ -28,6 +28,7 @@ __all__ = [
     "FLAG_DELTA",
     "FLAG_NEW_EPOCH",
     "FLAG_SEQ64",
+    "MAX_KEY_TEXT",
     "PROTOCOL_VERSION",
     "Ack",
     "Close",
@@ -41,8 +42,11 @@ __all__ = [
     "Kind",
     "PriorityUpdate",
     "Record",
+    "Refusal",
+    "Refused",
     "ServerMessage",
     "Snapshot",
+    "UnknownKind",
     "apply_record",
     "decode_message",
     "decode_record",
@@ -55,6 +59,7 @@ __all__ = [
     "encode_heartbeat",
     "encode_hello",
     "encode_priority",
+    "encode_refused",
     "encode_snapshot",
     "frame_as_json",
     "frame_header",
@@ -63,7 +68,9 @@ __all__ = [
     "ws_binary_frame",
 ]
 
-PROTOCOL_VERSION: Final = 1
+# 2: the REFUSED message (per-key answers), unknown kinds skipped, arrays exact. A v1 client
+# would close on kind 9 (v1 called any unknown kind malformed), hence the bump.
+PROTOCOL_VERSION: Final = 2
 
 
 class Kind(IntEnum):
@@ -77,6 +84,7 @@ class Kind(IntEnum):
     ERROR = 6
     CLOSE = 7
     ACK = 8
+    REFUSED = 9  # the keys of a request that were not applied, each with why (protocol 2)
 
 
 class ErrorCode(IntEnum):
@@ -84,13 +92,14 @@ class ErrorCode(IntEnum):
 
     BAD_MESSAGE = 1  # undecodable bytes
     TEXT_NOT_ALLOWED = 2
-    TOO_LARGE = 3
-    UNKNOWN_SYMBOL = 4
-    TOO_MANY_SUBSCRIPTIONS = 5
+    TOO_LARGE = 3  # over the request limit, under the WebSocket message limit (else 1009)
+    UNKNOWN_SYMBOL = 4  # per key: not in HELLO's dictionary
+    TOO_MANY_SUBSCRIPTIONS = 5  # per key: over HELLO's max_subscriptions
     RATE_LIMITED = 6
-    TOO_MANY_PRIORITY = 7
-    NOT_SUBSCRIBED = 8
-    INVALID_REQUEST = 9  # schema / validation failure
+    TOO_MANY_PRIORITY = 7  # per key: over HELLO's max_priority
+    NOT_SUBSCRIBED = 8  # per key: priority on a symbol not subscribed
+    INVALID_REQUEST = 9  # schema / validation failure: the whole request is refused
+    MALFORMED_KEY = 10  # per key: not VENUE:SYMBOL by the key grammar (REFUSED only)
 
 
 class CloseCode(IntEnum):
@@ -119,6 +128,7 @@ _I64_MAX: Final = (1 << 63) - 1
 # Fast-path bound on a delta's base prices: with |step| <= 2**13 both prices stay int64.
 _P_LO: Final = _I64_MIN + 0x2000
 _P_HI: Final = _I64_MAX - 0x2000
+_LAST_KIND: Final = max(Kind)
 _MIN_RECORD: Final = 9  # iid(2) + flags(1) + six 1-byte varints: bounds a claimed count
 
 # Single-byte varints are the common case (small epochs, price steps, sizes): a table lookup
@@ -382,6 +392,14 @@ U16 = Annotated[int, msgspec.Meta(ge=0, le=0xFFFF)]
 U32 = Annotated[int, msgspec.Meta(ge=0, le=0xFFFF_FFFF)]
 U64 = Annotated[int, msgspec.Meta(ge=0)]  # msgpack itself caps ints at uint64
 Text = Annotated[str, msgspec.Meta(max_length=1024)]
+# The longest string a request may name as a key. Longer refuses the whole request at decode;
+# anything up to this is judged key by key (REFUSED echoes it, so it must stay bounded).
+MAX_KEY_TEXT: Final = 128
+KeyText = Annotated[str, msgspec.Meta(max_length=MAX_KEY_TEXT)]
+MAX_REFUSED: Final = 256  # a request names at most 256 keys (requests.MAX_KEYS)
+
+# Every array-like body below forbids trailing elements (protocol 2): one value has one
+# encoding, and a client that reads more than the spec says fails here, not in production.
 
 
 class Record(msgspec.Struct, gc=False):
@@ -400,7 +418,9 @@ class Record(msgspec.Struct, gc=False):
     size: int
 
 
-class _InstrumentRow(msgspec.Struct, array_like=True, frozen=True, gc=False):
+class _InstrumentRow(
+    msgspec.Struct, array_like=True, frozen=True, gc=False, forbid_unknown_fields=True
+):
     # venue and symbol are not sent: they are the two halves of key (saves ~30% of hello).
     iid: U16
     key: Annotated[str, msgspec.Meta(min_length=3, max_length=64, pattern=r"^[^:]+:.+$")]
@@ -408,7 +428,7 @@ class _InstrumentRow(msgspec.Struct, array_like=True, frozen=True, gc=False):
     tick_size: Annotated[int, msgspec.Meta(ge=1, le=_I64_MAX)]
 
 
-class _HelloBody(msgspec.Struct, array_like=True, frozen=True):
+class _HelloBody(msgspec.Struct, array_like=True, frozen=True, forbid_unknown_fields=True):
     protocol: U16
     server_id: Text
     frame_ms: U32
@@ -440,30 +460,65 @@ class PriorityUpdate(msgspec.Struct, frozen=True):
     record: Record
 
 
-class Heartbeat(msgspec.Struct, array_like=True, frozen=True, gc=False):
+class Heartbeat(msgspec.Struct, array_like=True, frozen=True, gc=False, forbid_unknown_fields=True):
     frame_no: U64
     server_wall_ms: U64
 
 
-class Error(msgspec.Struct, array_like=True, frozen=True, gc=False):
+class Error(msgspec.Struct, array_like=True, frozen=True, gc=False, forbid_unknown_fields=True):
     code: U16
     message: Text
     req: U32 = 0
 
 
-class Close(msgspec.Struct, array_like=True, frozen=True, gc=False):
+class Close(msgspec.Struct, array_like=True, frozen=True, gc=False, forbid_unknown_fields=True):
     code: U16
     reconnect_after_ms: U32
     reason: Text
 
 
-class Ack(msgspec.Struct, array_like=True, frozen=True, gc=False):
+class Ack(msgspec.Struct, array_like=True, frozen=True, gc=False, forbid_unknown_fields=True):
     req: U32
     subscribed: U32
     priority: U32
 
 
-ServerMessage = Hello | Snapshot | Frame | PriorityUpdate | Heartbeat | Error | Close | Ack
+class Refusal(msgspec.Struct, array_like=True, frozen=True, gc=False, forbid_unknown_fields=True):
+    """One key of a request that was not applied: the key as the client sent it, an
+    ``ErrorCode`` and a sentence saying why."""
+
+    key: KeyText
+    code: U16
+    reason: Text
+
+
+class Refused(msgspec.Struct, array_like=True, frozen=True, gc=False, forbid_unknown_fields=True):
+    """REFUSED: the keys of request ``req`` that were not applied. Sent before that request's
+    ACK, only when something was refused; every other key of the request was applied."""
+
+    req: U32
+    keys: Annotated[list[Refusal], msgspec.Meta(min_length=1, max_length=MAX_REFUSED)]
+
+
+class UnknownKind(msgspec.Struct, frozen=True, gc=False):
+    """A message of a kind this decoder does not know (10-255): clients skip it, so the
+    protocol can add kinds without breaking them."""
+
+    kind: int
+
+
+ServerMessage = (
+    Hello
+    | Snapshot
+    | Frame
+    | PriorityUpdate
+    | Heartbeat
+    | Error
+    | Close
+    | Ack
+    | Refused
+    | UnknownKind
+)
 
 _ENC: Final = msgspec.msgpack.Encoder()
 _DEC_HELLO: Final = msgspec.msgpack.Decoder(_HelloBody)
@@ -471,6 +526,7 @@ _DEC_HEARTBEAT: Final = msgspec.msgpack.Decoder(Heartbeat)
 _DEC_ERROR: Final = msgspec.msgpack.Decoder(Error)
 _DEC_CLOSE: Final = msgspec.msgpack.Decoder(Close)
 _DEC_ACK: Final = msgspec.msgpack.Decoder(Ack)
+_DEC_REFUSED: Final = msgspec.msgpack.Decoder(Refused)
 
 
 def encode_hello(
@@ -508,6 +564,13 @@ def encode_ack(req: int, subscribed: int, priority: int) -> bytes:
     return _ONE[Kind.ACK] + _ENC.encode(Ack(req, subscribed, priority))
 
 
+def encode_refused(req: int, refusals: Sequence[Refusal]) -> bytes:
+    """REFUSED for request ``req``; ``refusals`` holds 1-256 keys (one request's worth)."""
+    if not 1 <= len(refusals) <= MAX_REFUSED:
+        raise ValueError(f"REFUSED carries 1-{MAX_REFUSED} keys, not {len(refusals)}")
+    return _ONE[Kind.REFUSED] + _ENC.encode(Refused(req, list(refusals)))
+
+
 def ws_binary_frame(payload: bytes) -> bytes:
     """RFC 6455 §5.2 server frame: FIN + opcode 0x2, unmasked (§5.1: servers never mask), so
     the fan-out frames once and writes the same bytes to every connection."""
@@ -531,7 +594,7 @@ def frame_as_json(
     decimals: Mapping[int, int] | int = 2,
 ) -> bytes:
     """The same frame as a naive JSON feed sends it: the baseline of the bytes-ratio target
-    (DESIGN: at most 30% of JSON). Absolute prices, no base version: the smallest honest JSON,
+    (the target: at most 30% of JSON). Absolute prices, no base version: the smallest honest JSON,
     so the ratio is conservative. ``decimals``: per iid, or one scale for all."""
     updates = []
     for _base, t in records:
@@ -894,8 +957,12 @@ def decode_message(data: bytes) -> ServerMessage:
             return _DEC_CLOSE.decode(body)
         if kind == Kind.ACK:
             return _DEC_ACK.decode(body)
+        if kind == Kind.REFUSED:
+            return _DEC_REFUSED.decode(body)
         if kind == Kind.HELLO:
             return _decode_hello(body)
+        if kind > _LAST_KIND:
+            return UnknownKind(kind)  # a later protocol's message: skipped, not malformed
     except CodecError:
         raise
     except IndexError as exc:

@@ -1,13 +1,13 @@
 """Conflation: latest state per symbol, a dirty set, and frames on a fixed 40 ms grid.
 
-DESIGN (Conflation and the priority channel): per lane, the latest state per symbol plus a dirty
+design (Conflation and the priority channel): per lane, the latest state per symbol plus a dirty
 set; frame boundaries sit on a fixed 40 ms grid of the monotonic clock (25 Hz) and a frame carries
 only the symbols changed since the previous frame. At 120,000 ticks/s a 40 ms frame absorbs about
 4,800 ticks; each symbol appears in it once, however many ticks it saw.
 
 Every record names its *base*: what the previous frame published for that symbol. The encoder
 writes a delta against that base, and a terminal applies it only if it holds exactly that base
-(DESIGN: Wire, "a delta names its base version, so it is never applied to a different base").
+(design: Wire, "a delta names its base version, so it is never applied to a different base").
 
 A pure state machine: no I/O, no clock reads. The caller passes boundaries in.
 """
@@ -28,7 +28,7 @@ __all__ = [
     "next_boundary",
 ]
 
-FRAME_NS = 40_000_000  # DESIGN: 40 ms conflation frames (25 Hz)
+FRAME_NS = 40_000_000  # design: 40 ms conflation frames (25 Hz)
 
 
 class FrameRecord(NamedTuple):
@@ -54,7 +54,7 @@ def next_boundary(now_ns: int, frame_ns: int = FRAME_NS) -> int:
     """The next multiple of ``frame_ns`` strictly after ``now_ns``.
 
     Boundaries are computed from the grid, never as "40 ms after the last frame": a late wake-up
-    delays one frame but never shifts the ones after it, so jitter cannot accumulate (DESIGN:
+    delays one frame but never shifts the ones after it, so jitter cannot accumulate (design:
     "a fixed 40 ms grid of the monotonic clock").
     """
     if frame_ns <= 0:

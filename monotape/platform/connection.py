@@ -4,7 +4,7 @@ Frames arrive here already WebSocket-framed, the same ``bytes`` object for every
 a subscription signature (server frames are unmasked: RFC 6455 §5.1), so a delivery is one
 ``transport.write``. When the kernel and the transport buffer are full (a slow terminal), frames
 wait in a bounded 64-frame ring; past that the oldest are dropped, the ring sets a gap, and the
-next thing the terminal gets is a full snapshot (DESIGN: Fan-out and backpressure).
+next thing the terminal gets is a full snapshot (design: Fan-out and backpressure).
 
 MEASURED trap: under uvloop, ``transport.write()`` raises once the library has started closing
 the connection, while ``is_closing()`` still says False. So every write checks the protocol's own

@@ -1,6 +1,6 @@
 """A staggered drain: close every terminal, a small share at a time, with spread-out hints.
 
-DESIGN (Connections): a drain closes 2% of connections every 250 ms with staggered
+design (Connections): a drain closes 2% of connections every 250 ms with staggered
 ``reconnect_after_ms``. Closing everyone at once turns one restart into a reconnect storm on the
 neighbours; 2% per 250 ms spreads N terminals over 12.5 s whatever N is, and each closed
 terminal is told to wait a random 0..spread ms before it comes back (full jitter), so the

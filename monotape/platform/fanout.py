@@ -1,6 +1,6 @@
 """Fan-out: subscription signatures, the subscription index, and shared payloads per frame.
 
-DESIGN (Fan-out and backpressure): a connection's subscription signature is a hash of its sorted
+design (Fan-out and backpressure): a connection's subscription signature is a hash of its sorted
 subscription set, computed when it (un)subscribes. Per frame, connections with the same signature
 share one payload, built once from per-symbol encoded chunks and written to each of them.
 Watchlists are heavily shared: 4,200 connections collapse to about 260 distinct sets, so a frame
@@ -8,9 +8,9 @@ needs about 260 payloads, not 4,200 (MEASURED: per-connection encode + send satu
 2,000 connections; pre-framed shared writes serve 4,200 at 72% of one).
 
 ``SubscriptionIndex`` has one owner, the connection registry, and one idempotent teardown path
-(``remove_connection``) that cleans every index (DESIGN: Connections, "it cleans every index
+(``remove_connection``) that cleans every index (design: Connections, "it cleans every index
 before it drops the connection entry"). ``cardinality`` and ``dangling`` feed the 30 s
-invariants (DESIGN: Observability).
+invariants (design: Observability).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ __all__ = [
     "subscription_signature",
 ]
 
-_IID_MAX = 0xFFFF  # iids are uint16 on the wire (DESIGN: Wire, the static dictionary)
+_IID_MAX = 0xFFFF  # iids are uint16 on the wire (design: Wire, the static dictionary)
 
 
 def _sorted_iids(iids: Iterable[int]) -> list[int]:
@@ -201,12 +201,12 @@ class SubscriptionIndex:
     def connection_ids(self) -> frozenset[int]:
         return frozenset(self._conns)
 
-    # -- invariants (DESIGN: Observability, every 30 s) -------------------------------------
+    # -- invariants (design: Observability, every 30 s) -------------------------------------
 
     def cardinality(self) -> tuple[int, int]:
         """(Σ per-signature members x connections, Σ per-connection subscription counts).
 
-        Equal when the index is sound (DESIGN: "subscription cardinality").
+        Equal when the index is sound (design: "subscription cardinality").
         """
         by_sig = sum(len(self._members[s]) * len(c) for s, c in self._conns_of_sig.items())
         by_conn = sum(len(s) for s in self._subs.values())
@@ -308,7 +308,7 @@ def plan_payloads(chunks: Mapping[int, bytes], index: SubscriptionIndex) -> dict
     """For one frame: per signature with at least one changed member, its changed members' chunks
     in ascending iid order.
 
-    ``chunks`` maps each iid changed in the frame to its encoded chunk (encoded once, DESIGN:
+    ``chunks`` maps each iid changed in the frame to its encoded chunk (encoded once, design:
     "built once from per-symbol encoded chunks"). Iterates the dirty side (changed iid -> its
     signatures), so the cost is Σ over changed iids of the signatures holding them: no
     per-connection work, whatever the connection count.

@@ -17,13 +17,16 @@ from monotape import metric_names as m
 if TYPE_CHECKING:
     from monotape.histograms import Percentiles
     from monotape.platform.auth import TokenVerifier
+    from monotape.platform.failures import StageFailures
     from monotape.platform.feeds.handler import FeedHandler
+    from monotape.platform.feeds.validate import TickGate
     from monotape.platform.server import FanoutServer
 
 __all__ = [
     "AuthCollector",
     "FanoutCollector",
     "FeedCollector",
+    "IngestCollector",
     "RuntimeCollector",
     "StageLatencyCollector",
 ]
@@ -85,7 +88,15 @@ class FanoutCollector(Collector):
             "reason",
             s.gate.rejected,
         )
+        yield _counter(
+            m.UPGRADES_THROTTLED,
+            "Upgrades refused with 429: their source address failed too many upgrades.",
+            s.gate.failures.throttled,
+        )
         yield _counter(m.GAP_SNAPSHOTS, "Snapshots sent to resolve a gap.", st.gap_snapshots)
+        yield _counter(
+            m.UPGRADES, "Upgrades admitted as terminal connections.", st.connections_total
+        )
         yield _labelled_counter(
             m.DISCONNECTS, "Connections torn down, by reason.", "reason", st.disconnects
         )
@@ -107,30 +118,81 @@ class FeedCollector(Collector):
             "Ticks delivered by feed handlers (both of a pair: duplicates included).",
             labels=["venue", "handler"],
         )
+        backwards = CounterMetricFamily(
+            m.counter_base(m.FEED_BACKWARDS),
+            "Updates older than one the same handler already delivered for the symbol: its own "
+            "stream went backwards (an anomaly; the twins' race is duplicates and regressions).",
+            labels=["venue", "handler"],
+        )
+        epoch = GaugeMetricFamily(
+            m.FEED_EPOCH,
+            "The newest epoch a feed handler stamps with.",
+            labels=["venue", "handler"],
+        )
+        lag = GaugeMetricFamily(
+            m.FEED_LAG, "A feed handler's delay behind its venue.", labels=["venue", "handler"]
+        )
         for h in self._handlers():
             up.add_metric([h.venue, h.name], 1.0 if h.up else 0.0)
             received.add_metric([h.venue, h.name], h.delivered)
+            backwards.add_metric([h.venue, h.name], h.backwards)
+            records = h.records
+            epoch.add_metric([h.venue, h.name], records[-1].epoch if records else 0)
+            lag.add_metric([h.venue, h.name], h.lag_ns / 1e9)
         yield up
         yield received
+        yield backwards
+        yield epoch
+        yield lag
+
+
+class IngestCollector(Collector):
+    """Ticks refused where they enter (by venue and reason) and contained stage failures (by
+    stage): a node that keeps serving through poison says so here."""
+
+    def __init__(self, gate: Callable[[], TickGate], failures: StageFailures) -> None:
+        self._gate = gate
+        self._failures = failures
+
+    def collect(self) -> Iterator[Metric]:
+        rejected = CounterMetricFamily(
+            m.counter_base(m.TICKS_REJECTED),
+            "Ticks refused where they enter (replay, NATS, feed handler): out of the wire's range.",
+            labels=["venue", "reason"],
+        )
+        for (venue, reason), n in sorted(self._gate().rejected.items()):
+            rejected.add_metric([venue, reason], n)
+        yield rejected
+        yield _labelled_counter(
+            m.STAGE_FAILURES,
+            "Frames, symbols or batches whose processing raised: contained, logged, skipped.",
+            "stage",
+            self._failures.counts,
+        )
 
 
 class StageLatencyCollector(Collector):
     """``monotape_stage_latency_seconds{stage,quantile}`` from the latest closed 10 s interval
-    of each stage (exact HDR percentiles; merge the interval logs for any other window)."""
+    of each stage (exact HDR percentiles; merge the interval logs for any other window).
+
+    Typed ``summary`` (quantile samples only), not ``gauge``: the series, labels and values are
+    the same either way, but a ``quantile`` label on a gauge fails ``promtool check metrics``.
+    It has no ``_sum``/``_count``: these are one interval's quantiles, not cumulative; the
+    summable form is ``monotape_stage_duration_seconds`` (histograms/buckets.py)."""
 
     def __init__(self, latest: Callable[[], Mapping[str, Percentiles]]) -> None:
         self._latest = latest
 
     def collect(self) -> Iterator[Metric]:
-        family = GaugeMetricFamily(
+        family = Metric(
             m.STAGE_LATENCY,
             "Stage latency quantiles over the latest 10 s interval "
             "(stage glass is RTT/2 of timed pings: an upper bound).",
-            labels=["stage", "quantile"],
+            "summary",
         )
         for stage, p in sorted(self._latest().items()):
             for quantile, seconds in p.seconds().items():
-                family.add_metric([stage, quantile], seconds)
+                family.add_sample(m.STAGE_LATENCY, {"stage": stage, "quantile": quantile}, seconds)
         yield family
 
 
@@ -165,3 +227,8 @@ class AuthCollector(Collector):
             m.AUTH_CACHE_MISSES, "Tokens fully verified (signature checked).", v.cache_misses
         )
         yield _labelled_counter(m.AUTH_REFUSED, "Tokens refused, by reason.", "reason", v.refused)
+        yield _counter(
+            m.AUTH_VERIFY_SECONDS,
+            "Seconds spent in full token verifications (signature checked).",
+            v.verify_seconds_total,
+        )

@@ -28,7 +28,7 @@ KEY_PATTERN = r"^[A-Z0-9_.-]{1,16}:[A-Za-z0-9_./-]{1,40}$"
 KEY_MAX_LENGTH = 57  # 16 + 1 + 40
 _KEY_RE = re.compile(KEY_PATTERN)
 
-# A version is ``(epoch, seq)`` compared lexicographically (DESIGN: Ordering). Plain tuples:
+# A version is ``(epoch, seq)`` compared lexicographically (docs/ordering.md). Plain tuples:
 # cheapest to build and compare on the per-tick path.
 Version = tuple[int, int]
 
@@ -77,11 +77,11 @@ def version_of(tick: Tick) -> Version:
 
 def key_problem(key: str) -> str | None:
     """Why ``key`` is not a valid symbol key, or None when it is (the one key grammar)."""
-    if _KEY_RE.match(key):
+    if _KEY_RE.fullmatch(key):  # not match(): "$" would let a trailing newline through
         return None
     if ":" not in key:
-        return "a key is VENUE:SYMBOL"
-    venue = key.partition(":")[0]
+        return "a key is VENUE:SYMBOL (no ':' in it)"
+    venue, _, symbol = key.partition(":")
     if not re.fullmatch(r"[A-Z0-9_.-]{1,16}", venue):
-        return "the venue is 1-16 of A-Z 0-9 _ . - (upper case)"
-    return "the symbol is 1-40 of A-Z a-z 0-9 _ . / -"
+        return f"the venue is 1-16 of A-Z 0-9 _ . - (upper case), not {venue[:20]!r}"
+    return f"the symbol is 1-40 of A-Z a-z 0-9 _ . / -, not {symbol[:44]!r}"

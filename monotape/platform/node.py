@@ -17,8 +17,9 @@ import socket
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import uvicorn
@@ -27,7 +28,16 @@ from prometheus_client import CollectorRegistry, ProcessCollector
 from monotape import metric_names as m
 from monotape.clock import Clock, SystemClock
 from monotape.config import Config
-from monotape.histograms import Interval, IntervalLogWriter, Percentiles, Recorders, summarize
+from monotape.dashboards.panels import sampled_names
+from monotape.dashboards.sampler import SampleRing, sample_registry
+from monotape.histograms import (
+    Interval,
+    IntervalLogWriter,
+    Percentiles,
+    Recorders,
+    StageDurationCollector,
+    summarize,
+)
 from monotape.histograms.gc import GcCollector, GcMonitor
 from monotape.invariants import (
     InvariantCollector,
@@ -41,6 +51,14 @@ from monotape.platform.auth import TokenVerifier, build_verifier
 from monotape.platform.bus import InProcessBus, TickBus
 from monotape.platform.bus_nats import NatsBusCollector, NatsTickBus
 from monotape.platform.conflation import due_boundary
+from monotape.platform.endpoints import (
+    Endpoints,
+    ListenError,
+    endpoints_for,
+    remove_endpoints,
+    write_endpoints,
+)
+from monotape.platform.failures import StageFailures
 from monotape.platform.feeds.epochs import FileEpochStore
 from monotape.platform.feeds.handler import FeedHandler, make_handler_pair
 from monotape.platform.feeds.replay import ReplayAdapter
@@ -50,12 +68,14 @@ from monotape.platform.feeds.simulator import (
     build_universe,
     venues_with_update_ids,
 )
+from monotape.platform.feeds.validate import TickGate
 from monotape.platform.gc_policy import FreezeAction, FreezePolicy
 from monotape.platform.looplag import LoopLagCollector, LoopLagMonitor
 from monotape.platform.metrics import (
     AuthCollector,
     FanoutCollector,
     FeedCollector,
+    IngestCollector,
     RuntimeCollector,
     StageLatencyCollector,
 )
@@ -67,6 +87,8 @@ from monotape.platform.stamps import StageStamps
 __all__ = ["Node"]
 
 PUMP_INTERVAL_S = 0.001  # handlers' delay lines are drained at ~1 ms resolution
+MAX_RESTARTS = 5  # a loop that died is started again at most this often per minute...
+RESTART_WINDOW_NS = 60 * 1_000_000_000  # ...after that the node exits non-zero, saying why
 
 
 async def _sleep_until(clock: Callable[[], int], deadline_ns: int) -> None:
@@ -94,9 +116,13 @@ class Node:
                 start_delay_ns=int(cfg.feeds.replay_start_delay_s * 1e9),
             )
             self.universe: list[Instrument] = list(self.replay.universe)
+            self.gate = self._replay_gate(self.replay)
         else:
             sim = cfg.simulator
             self.universe = build_universe(sim.venues, sim.instruments, sim.seed)
+            # The doors where ticks enter (handlers, NATS) share one gate: refused ticks are
+            # counted per venue and reason, and logged with where they came from.
+            self.gate = TickGate(self.universe, self.clock.now_ns)
             self.simulator = VenueSimulator(self.universe, sim, self.clock)
             with_ids = venues_with_update_ids(self.universe)
             rng = random.Random(sim.seed)
@@ -110,6 +136,7 @@ class Node:
                     rng,
                     update_ids=venue in with_ids,
                     fence_ns=int(cfg.feeds.epoch_fence_ms * 1e6),
+                    gate=self.gate,
                 )
                 self.handlers.extend(pair)
                 self._by_venue[venue].extend(pair)
@@ -124,12 +151,15 @@ class Node:
                 array_like=cfg.nats.array_like,
                 max_pending_batches=cfg.nats.max_pending_batches,
                 name=f"monotape-{socket.gethostname()}-{os.getpid()}",
+                gate=self.gate,
             )
             self.bus = self.nats_bus
         else:
             self.bus = InProcessBus()
         self.sequencer = Sequencer(cfg.server.lanes, self.frame_ns)
-        # The key object is built once, here (DESIGN: Auth); a bad key file fails the start.
+        # Contained failures of the stage loops: counted, logged now and then, never fatal.
+        self.failures = StageFailures(self.clock.now_ns)
+        # The key object is built once, here (design: Auth); a bad key file fails the start.
         self.verifier: TokenVerifier | None = (
             build_verifier(cfg.auth, cfg.data_dir, clock=self.clock) if cfg.auth.enabled else None
         )
@@ -146,6 +176,7 @@ class Node:
             overloaded=self._overloaded if cfg.server.admission_max_lag_ms > 0 else None,
             priority=self.stamps.prioritized,
         )
+        self.server.failures = self.server.snapshots.failures = self.failures
         self.bus.subscribe(self._on_ticks)
         self.registry = CollectorRegistry()
         if self.nats_bus is not None:
@@ -153,6 +184,7 @@ class Node:
         self.registry.register(SequencerCollector(self.sequencer))
         self.registry.register(FanoutCollector(self.server))
         self.registry.register(FeedCollector(lambda: self.handlers))
+        self.registry.register(IngestCollector(lambda: self.gate, self.failures))
         if self.verifier is not None:
             self.registry.register(AuthCollector(self.verifier))
         self.invariants = InvariantMonitor(
@@ -190,23 +222,50 @@ class Node:
         self.decoded_ticks = 0  # what the stage histograms must add up to
         self.framed_ticks = 0
         self.registry.register(StageLatencyCollector(lambda: self.latest_latency))
+        # The same values as bucket counts, which add across processes and hosts
+        self.registry.register(StageDurationCollector(lambda: self.stamps.recorders))
+        # The embedded dashboards' history: the panels' metrics, sampled every second.
+        self.dashboard_ring = SampleRing(sampled_names())
         self.ws_port = 0
         self.admin_port = 0
         self.ready = False
         self.failed = False
+        self.failure_reason = ""
+        self._restarts: dict[str, list[int]] = {}  # task name -> monotonic times restarted
         self._tasks: list[asyncio.Task[None]] = []
         self._admin: uvicorn.Server | None = None
         self._stopped = asyncio.Event()
+        self._hurry = asyncio.Event()
+        self.endpoints: Endpoints | None = None
 
     def _overloaded(self) -> bool:
         return self.loop_lag.last_ns > self.cfg.server.admission_max_lag_ms * 1e6
 
     # -- data movement -------------------------------------------------------------------------
+    def _replay_gate(self, replay: ReplayAdapter) -> TickGate:
+        """The replay's door: lines refused at load are counted and logged with their line."""
+        gate = TickGate(replay.universe, self.clock.now_ns)
+        for r in replay.refused:
+            gate.refuse(r.venue, r.reason, f"{replay.path} line {r.lineno}", r.detail)
+        for lineno, gap_ms in replay.long_gaps[:3]:
+            log_event(
+                "replay_pause",
+                level="warning",
+                where=f"{replay.path} line {lineno}",
+                pause_s=round(gap_ms / 1e3, 1),
+                speed=self.cfg.feeds.replay_speed,
+                long_pauses=len(replay.long_gaps),
+            )
+        return gate
+
     def _on_ticks(self, ticks: Sequence[Tick]) -> None:
-        applied = self.sequencer.on_ticks(ticks, self.clock.now_ns())
-        if applied:
-            self.stamps.admitted(applied)
-            self.server.publish_priority(applied)
+        try:
+            applied = self.sequencer.on_ticks(ticks, self.clock.now_ns())
+            if applied:
+                self.stamps.admitted(applied)
+                self.server.publish_priority(applied)
+        except Exception as exc:  # one batch; the next one is admitted as usual
+            self.failures.record("sequence", exc, ticks=len(ticks))
 
     def pump(self) -> None:
         """Move everything that is due: venue -> both handlers -> (after their lag) the bus."""
@@ -234,7 +293,10 @@ class Node:
 
     async def _pump_loop(self) -> None:
         while True:
-            self.pump()
+            try:
+                self.pump()
+            except Exception as exc:  # contained: the next millisecond pumps as usual
+                self.failures.record("pump", exc)
             await asyncio.sleep(PUMP_INTERVAL_S)
 
     async def _frame_loop(self) -> None:
@@ -253,12 +315,21 @@ class Node:
             else:
                 await asyncio.sleep(0)
             last = boundary
-            self.pump()
-            published = self.server.publish_frame(self.sequencer.take_frame(boundary))
-            offset = self.clock.wall_ns() - self.clock.now_ns()
-            self.framed_ticks += self.stamps.framed(boundary, published, offset)
-            self.stamps.written(np.asarray(self.server.write_latencies_ns, dtype=np.int64))
-            self.server.flush_priority()  # the priority writes since the last frame
+            try:
+                self.frame(boundary)
+            except Exception as exc:
+                # One frame is lost, not the tape: terminals whose chain it broke see a gap on
+                # the next frame and get a snapshot (docs/wire.md), everyone else carries on.
+                self.failures.record("frame", exc, boundary_ns=boundary)
+
+    def frame(self, boundary: int) -> None:
+        """One frame: pump what is due, take the frame at ``boundary``, encode it, fan it out."""
+        self.pump()
+        published = self.server.publish_frame(self.sequencer.take_frame(boundary))
+        offset = self.clock.wall_ns() - self.clock.now_ns()
+        self.framed_ticks += self.stamps.framed(boundary, published, offset)
+        self.stamps.written(np.asarray(self.server.write_latencies_ns, dtype=np.int64))
+        self.server.flush_priority()  # the priority writes since the last frame
 
     def _opened_closed(self) -> tuple[int, int]:
         stats = self.server.stats
@@ -373,14 +444,15 @@ class Node:
             servers = [u.strip() for u in self.cfg.nats.servers.split(",") if u.strip()]
             await self.nats_bus.connect(servers, timeout_s=self.cfg.nats.connect_timeout_s)
         for handler in self.handlers:
-            record = handler.start()
+            # A node that starts has no live twin to race: its epochs take effect at once, above
+            # everything the data dir says it ever issued (FeedHandler.start).
+            record = handler.start(at_once=True)
             log_event(
                 "handler_started", venue=handler.venue, handler=handler.name, epoch=record.epoch
             )
         self.registry.register(RuntimeCollector(asyncio.get_running_loop()))
         ProcessCollector(registry=self.registry)  # process RSS, CPU seconds, open fds
-        self.ws_port = await self.server.start()
-        await self._start_admin()
+        await self._listen()
         if self.cfg.server.gc_freeze:
             log_event("gc_frozen", objects=self.gc_monitor.freeze_after_warmup())
             self.gc_policy.start(*self._opened_closed())
@@ -391,6 +463,7 @@ class Node:
             self._heartbeat_loop(),
             self.invariants.run_forever(),
             self._rotation_loop(),
+            sample_registry(self.dashboard_ring, self.registry, self.clock, self.loop_lag),
         ]
         if self.cfg.server.glass_share > 0:
             loop_tasks.append(self.server.glass_loop())
@@ -400,7 +473,10 @@ class Node:
             loop_tasks.append(self._gc_policy_loop())
         if self.cfg.feeds.restart_every_s > 0 and self.handlers:
             loop_tasks.append(self._chaos_loop())
-        self._tasks = [asyncio.create_task(t) for t in loop_tasks]
+        # Named by the coroutine's qualname ("Node._frame_loop"): how the supervisor knows it.
+        self._tasks = [
+            asyncio.create_task(t, name=getattr(t, "__qualname__", None)) for t in loop_tasks
+        ]
         for task in self._tasks:
             task.add_done_callback(self._task_done)
         self.ready = True
@@ -412,23 +488,90 @@ class Node:
             source="replay" if self.replay else "simulator",
         )
 
+    def _restartable(self) -> dict[str, Callable[[], Coroutine[Any, Any, None]]]:
+        """The loops the supervisor may start again, by task name (the coroutine's qualname)."""
+        loops: list[Callable[[], Coroutine[Any, Any, None]]] = [
+            self._pump_loop,
+            self._frame_loop,
+            self._heartbeat_loop,
+            self._rotation_loop,
+            self._gc_policy_loop,
+            self._chaos_loop,
+            self.server.glass_loop,
+            self.server.keepalive_loop,
+        ]
+        return {loop.__qualname__: loop for loop in loops}
+
     def _task_done(self, task: asyncio.Task[None]) -> None:
-        if task.cancelled():
+        if task.cancelled() or self._stopped.is_set():
             return
         exc = task.exception()
-        if exc is not None:
-            # The data path itself failed: stop, and exit non-zero so a supervisor restarts us.
-            log_event("task_failed", level="error", task=task.get_name(), error=repr(exc))
-            self.failed = True
-            self._stopped.set()
+        if exc is None:
+            return
+        # Each loop contains its own per-iteration failures; one that still died is counted
+        # and started again, unless it keeps dying (then restarting is not helping).
+        name = task.get_name()
+        self.failures.record("supervisor", exc, task=name)
+        factory = self._restartable().get(name)
+        now = self.clock.now_ns()
+        recent = [t for t in self._restarts.get(name, []) if now - t < RESTART_WINDOW_NS]
+        if factory is not None and len(recent) < MAX_RESTARTS:
+            self._restarts[name] = [*recent, now]
+            log_event("task_restarted", level="error", task=name, error=repr(exc))
+            if task in self._tasks:
+                self._tasks.remove(task)
+            again = asyncio.get_running_loop().create_task(factory(), name=name)
+            again.add_done_callback(self._task_done)
+            self._tasks.append(again)
+            return
+        # Cannot restart it: stop, and exit non-zero with the reason so a supervisor sees it.
+        why = "not restartable" if factory is None else f"died {MAX_RESTARTS + 1} times in 60 s"
+        log_event("task_failed", level="error", task=name, error=repr(exc), reason=why)
+        self.failed = True
+        self.failure_reason = f"{name} {why}: {exc!r}"
+        self._stopped.set()
+
+    async def _listen(self) -> None:
+        """Bind both ports (a port in use is a ListenError naming it, and nothing stays bound),
+        then record them in the data dir for the clients beside this node."""
+        srv = self.cfg.server
+        try:
+            self.ws_port = await self.server.start()
+        except OSError as exc:
+            raise ListenError("terminals", "--ws-port", srv.host, srv.ws_port, exc) from exc
+        try:
+            await self._start_admin()
+        except OSError as exc:
+            await self.server.stop()
+            raise ListenError(
+                "the admin API", "--admin-port", srv.host, srv.admin_port, exc
+            ) from exc
+        started_ms = self.clock.wall_ns() // 1_000_000
+        self.endpoints = endpoints_for(
+            srv.host, self.ws_port, self.admin_port, self.data_dir, started_ms
+        )
+        try:
+            write_endpoints(self.data_dir, self.endpoints)
+        except OSError as exc:  # clients then need explicit URLs; market data is unaffected
+            log_event("endpoints_not_written", level="warning", error=repr(exc))
 
     async def _start_admin(self) -> None:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((self.cfg.server.host, self.cfg.server.admin_port))
+        try:
+            sock.bind((self.cfg.server.host, self.cfg.server.admin_port))
+        except OSError:
+            sock.close()
+            raise
         self.admin_port = sock.getsockname()[1]
+        # log_config=None: uvicorn's records go through the process's one log handler
+        # (monotape.log), not through a second format of its own.
         config = uvicorn.Config(
-            build_admin_app(self), log_level="warning", lifespan="off", access_log=False
+            build_admin_app(self),
+            log_level="warning",
+            lifespan="off",
+            access_log=False,
+            log_config=None,
         )
         self._admin = uvicorn.Server(config)
         config.load()
@@ -444,12 +587,26 @@ class Node:
     def request_stop(self) -> None:
         self._stopped.set()
 
+    def hurry(self) -> None:
+        """Cut a stop's drain short (a second Ctrl-C): the rest are closed at once."""
+        self._hurry.set()
+
     async def stop(self) -> None:
         self.ready = False
-        if self.cfg.server.drain_on_stop and self.server.connections:
+        if self.endpoints is not None:
+            remove_endpoints(self.data_dir, self.endpoints.pid)  # no client dials a leaving node
+        if self.cfg.server.drain_on_stop and self.server.connections and not self._hurry.is_set():
             # SIGTERM drains like POST /admin/drain: terminals leave staggered, not as a storm.
             self.server.start_drain()
-            await self.server.wait_drained(self.cfg.server.drain_timeout_s)
+            drained = asyncio.ensure_future(
+                self.server.wait_drained(self.cfg.server.drain_timeout_s)
+            )
+            hurried = asyncio.ensure_future(self._hurry.wait())
+            await asyncio.wait({drained, hurried}, return_when=asyncio.FIRST_COMPLETED)
+            for fut in (drained, hurried):
+                fut.cancel()
+            if self._hurry.is_set():
+                log_event("drain_cut_short", remaining=len(self.server.connections))
         self.loop_lag.stop()
         if self._rotating is not None and not self._rotating.done():
             with contextlib.suppress(Exception):

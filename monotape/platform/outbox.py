@@ -1,6 +1,6 @@
 """The bounded per-connection outbound ring: 64 frames, overflow is a gap, a gap ends in a snapshot.
 
-DESIGN (Fan-out and backpressure): each connection has a bounded outbound ring (64 frames,
+design (Fan-out and backpressure): each connection has a bounded outbound ring (64 frames,
 drop-oldest). A drop sets a gap flag; the next thing that connection gets is a full snapshot of
 its subscriptions at current versions. A slow terminal degrades to a lower refresh rate; it never
 renders a delta against a stale base. No unbounded queue anywhere on the hot path.
@@ -20,7 +20,7 @@ from collections import deque
 
 __all__ = ["OUTBOX_FRAMES", "Outbox"]
 
-OUTBOX_FRAMES = 64  # DESIGN: bounded outbound ring of 64 frames
+OUTBOX_FRAMES = 64  # design: bounded outbound ring of 64 frames
 
 
 class Outbox:

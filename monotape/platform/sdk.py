@@ -10,6 +10,10 @@ delta stream; priority updates are absolute records. The SDK keeps both:
 - ``shown``: what is on the glass. Any record (frame, snapshot or priority) whose version is
   above the shown version is rendered; others are counted, never rendered.
 
+Requests are answered key by key (docs/wire.md, "How a request is answered"): ``subscribe``
+returns an ``Answer`` naming the keys applied and the keys refused with why; refused keys are
+never held (so never restored), and ``KeysRefused`` is raised only when nothing was applied.
+
 ``stats.regressions`` counts records a naive client would have rendered backwards: a conflated
 record below its own chain, or a priority update below the previous one. It must stay 0.
 
@@ -55,7 +59,10 @@ from monotape.platform.requests import (
 )
 
 __all__ = [
+    "PROTOCOLS",
     "STATES",
+    "Answer",
+    "KeysRefused",
     "NotConnectedError",
     "Quote",
     "SdkStats",
@@ -68,6 +75,9 @@ __all__ = [
     "with_token",
 ]
 
+# Protocol 1 servers refuse a request whole (ERROR); 2 adds REFUSED, per key. Both are
+# understood: an ERROR is a ServerError either way.
+PROTOCOLS: Final = frozenset({1, 2})
 RESYNC_RETRY_S = 2.0  # a gapped symbol's snapshot not here by then is asked for again
 SOURCE_SNAPSHOT = "snapshot"
 SOURCE_FRAME = "frame"
@@ -104,11 +114,47 @@ class Quote(msgspec.Struct, frozen=True, gc=False):
         return scaled / float(10**self.decimals)
 
 
+def _code_name(code: int) -> str:
+    """An ErrorCode's name; a code from a newer server is shown as its number, never a crash."""
+    member = codec.ErrorCode._value2member_map_.get(code)
+    return member.name if member is not None else f"code {code}"
+
+
 class ServerError(Exception):
+    """The server refused a request whole (an ERROR message); ``code``, ``message``."""
+
     def __init__(self, error: codec.Error) -> None:
-        super().__init__(f"{codec.ErrorCode(error.code).name}: {error.message}")
+        super().__init__(f"{_code_name(error.code)}: {error.message}")
         self.code = error.code
         self.message = error.message
+
+
+class Answer(msgspec.Struct, frozen=True):
+    """The server's answer to a request that it applied (wholly or in part).
+
+    ``subscribed`` and ``priority`` are the connection's counts after the request (as in the
+    ACK); ``applied`` the request's keys that took effect (each once, in request order);
+    ``refused`` the others, each with its ``codec.ErrorCode`` and the server's reason."""
+
+    req: int
+    subscribed: int
+    priority: int
+    applied: list[str]
+    refused: list[codec.Refusal]
+
+
+class KeysRefused(ServerError):
+    """Every key of the request was refused, so nothing was applied. ``answer.refused`` says
+    why for each; ``code`` is the first key's."""
+
+    def __init__(self, answer: Answer) -> None:
+        first = answer.refused[0]
+        shown = "; ".join(f"{r.key}: {r.reason} ({_code_name(r.code)})" for r in answer.refused[:5])
+        more = len(answer.refused) - 5
+        super().__init__(
+            codec.Error(first.code, shown + (f" (+{more} more)" if more > 0 else ""), answer.req)
+        )
+        self.answer = answer
 
 
 class NotConnectedError(ConnectionError):
@@ -208,6 +254,7 @@ class SdkStats:
     gaps: int = 0
     regressions: int = 0  # must stay 0
     errors: int = 0
+    refused_keys: int = 0  # keys of our requests the server refused (REFUSED), each with why
     dropped_updates: int = 0  # iterator queue overflow (the view stays exact)
     last_frame_no: int = 0
     error_log: deque[str] = field(default_factory=lambda: deque(maxlen=32))
@@ -275,6 +322,7 @@ class TerminalClient:
         self._hello_ready: asyncio.Future[codec.Hello] | None = None
         self._first_hello: asyncio.Future[codec.Hello] | None = None
         self._pending: dict[int, asyncio.Future[codec.Ack]] = {}
+        self._refusals: dict[int, list[codec.Refusal]] = {}  # REFUSED ahead of its ACK, by req
         self._req = itertools.count(1)
         self._chain: dict[int, tuple[int, int, int, int, int, int]] = {}
         self._shown = VersionGuard()
@@ -364,7 +412,11 @@ class TerminalClient:
             raise
         self._reset_connection()
         self._reader = asyncio.create_task(self._read_loop(self._ws))
-        hello = await asyncio.wait_for(self._hello_ready, self._open_timeout)
+        try:
+            hello = await asyncio.wait_for(self._hello_ready, self._open_timeout)
+        except BaseException:  # no hello, or one this client cannot speak: nothing to keep
+            await self.close()
+            raise
         if self._reader is not None and not self._reader.done():
             self._set_state("connected")
         return hello
@@ -558,21 +610,34 @@ class TerminalClient:
         try:
             for chunk in _chunks(list(self._held), MAX_KEYS):
                 try:
-                    await self._request(functools.partial(_subscribe, chunk))
-                    self.stats.resubscribed += len(chunk)
+                    answer = await self._request(functools.partial(_subscribe, chunk), chunk)
+                except KeysRefused as exc:
+                    self._forget(exc.answer.refused)
                 except ServerError as exc:
                     self.stats.error_log.append(f"re-subscribe refused: {exc}")
+                else:
+                    self._forget(answer.refused)  # e.g. over a lower limit on this server
+                    self.stats.resubscribed += len(answer.applied)
             prio = [k for k in self._prio if k in self._held]
             for chunk in _chunks(prio, MAX_PRIORITY_KEYS):
                 try:
-                    await self._request(functools.partial(_priority, chunk))
+                    answer = await self._request(functools.partial(_priority, chunk), chunk)
+                except KeysRefused as exc:
+                    self._unmark(exc.answer.refused, {}, True)
                 except ServerError as exc:
                     self.stats.error_log.append(f"priority refused: {exc}")
+                else:
+                    self._unmark(answer.refused, {}, True)
         except (ConnectionError, TimeoutError, websockets.ConnectionClosed) as exc:
             self.stats.error_log.append(f"restore interrupted: {exc!r}")
 
     # -- requests -----------------------------------------------------------------------------
-    async def _request(self, make: Callable[[int], Request], timeout: float = 10.0) -> codec.Ack:
+    async def _request(
+        self, make: Callable[[int], Request], keys: Sequence[str], timeout: float = 10.0
+    ) -> Answer:
+        """Send one request for ``keys``; its Answer once the ACK comes (REFUSED, if any, comes
+        first). ServerError if the server refused it whole; KeysRefused if it refused every
+        key."""
         if self._ws is None:
             if self.reconnect:
                 raise NotConnectedError("not connected (restored on the next connection)")
@@ -582,31 +647,57 @@ class TerminalClient:
         self._pending[req] = fut
         try:
             await self._ws.send(encode_request(make(req)))
-            return await asyncio.wait_for(fut, timeout)
+            ack = await asyncio.wait_for(fut, timeout)
+            refused = self._refusals.get(req, [])
         finally:
             self._pending.pop(req, None)
+            self._refusals.pop(req, None)
+        gone = {r.key for r in refused}
+        applied = [k for k in dict.fromkeys(keys) if k not in gone]
+        answer = Answer(ack.req, ack.subscribed, ack.priority, applied, refused)
+        if refused and not applied:
+            raise KeysRefused(answer)
+        return answer
 
-    async def subscribe(self, keys: Iterable[str]) -> codec.Ack:
+    def _forget(self, refused: Iterable[codec.Refusal]) -> None:
+        """A refused key is not held: it is neither shown nor restored on a reconnect."""
+        for r in refused:
+            self._held.pop(r.key, None)
+            self._prio.pop(r.key, None)
+            self.view.pop(r.key, None)
+            self.stats.refused_keys += 1
+            self.stats.error_log.append(f"refused {r.key}: {r.reason} ({_code_name(r.code)})")
+
+    async def subscribe(self, keys: Iterable[str]) -> Answer:
+        """Subscribe ``keys``: the Answer lists what was applied and what was refused and why
+        (a malformed or unknown key, over the limit). Refused keys are not held."""
         keys = list(keys)
         new = [k for k in keys if k not in self._held]
         for k in keys:
             self._held[k] = None
         try:
-            return await self._request(lambda r: Subscribe(req=r, keys=keys))
+            answer = await self._request(lambda r: Subscribe(req=r, keys=keys), keys)
+        except KeysRefused as exc:
+            self._forget(exc.answer.refused)
+            raise
         except ServerError:
             for k in new:  # refused whole: nothing of it is held
                 self._held.pop(k, None)
             raise
+        self._forget(answer.refused)
+        return answer
 
-    async def unsubscribe(self, keys: Iterable[str]) -> codec.Ack:
+    async def unsubscribe(self, keys: Iterable[str]) -> Answer:
         keys = list(keys)
         for k in keys:
             self.view.pop(k, None)
             self._held.pop(k, None)
             self._prio.pop(k, None)
-        return await self._request(lambda r: Unsubscribe(req=r, keys=keys))
+        return await self._request(lambda r: Unsubscribe(req=r, keys=keys), keys)
 
-    async def set_priority(self, keys: Iterable[str], on: bool = True) -> codec.Ack:
+    async def set_priority(self, keys: Iterable[str], on: bool = True) -> Answer:
+        """Mark (``on``) or unmark ``keys`` as order-ticket symbols; keys refused (not
+        subscribed, over the limit, unknown) are not marked."""
         keys = list(keys)
         before = dict(self._prio)
         for k in keys:
@@ -615,10 +706,23 @@ class TerminalClient:
             else:
                 self._prio.pop(k, None)
         try:
-            return await self._request(lambda r: SetPriority(req=r, keys=keys, on=on))
+            answer = await self._request(lambda r: SetPriority(req=r, keys=keys, on=on), keys)
+        except KeysRefused as exc:
+            self._unmark(exc.answer.refused, before, on)
+            raise
         except ServerError:
             self._prio = before
             raise
+        self._unmark(answer.refused, before, on)
+        return answer
+
+    def _unmark(self, refused: Iterable[codec.Refusal], before: dict[str, None], on: bool) -> None:
+        """Priority refused for a key: the subscription stands, only the mark is undone."""
+        for r in refused:
+            if on and r.key not in before:
+                self._prio.pop(r.key, None)
+            self.stats.refused_keys += 1
+            self.stats.error_log.append(f"refused {r.key}: {r.reason} ({_code_name(r.code)})")
 
     @property
     def held_keys(self) -> list[str]:
@@ -697,6 +801,9 @@ class TerminalClient:
             fut = self._pending.get(msg.req)
             if fut is not None and not fut.done():
                 fut.set_result(msg)
+        elif isinstance(msg, codec.Refused):
+            if msg.req in self._pending:  # its ACK follows and completes the request
+                self._refusals.setdefault(msg.req, []).extend(msg.keys)
         elif isinstance(msg, codec.Error):
             self.stats.errors += 1
             self.stats.error_log.append(f"{msg.code}: {msg.message}")
@@ -710,6 +817,15 @@ class TerminalClient:
             self._conn_close = msg
 
     def _on_hello(self, msg: codec.Hello) -> None:
+        if msg.protocol not in PROTOCOLS:
+            # docs/wire.md: a client closes on a protocol it does not implement, rather than
+            # misreading messages whose meaning changed.
+            why = f"the server speaks wire protocol {msg.protocol}; this SDK {sorted(PROTOCOLS)}"
+            self.stats.errors += 1
+            self.stats.error_log.append(why)
+            if self._hello_ready is not None and not self._hello_ready.done():
+                self._hello_ready.set_exception(ConnectionError(why))
+            return
         now = time.monotonic()
         old_ids = self.ids
         self.hello = msg

@@ -1,12 +1,12 @@
 """The sequencer: one writer per symbol, the admit rule, and per-venue counts.
 
-DESIGN (Ordering): every symbol key has exactly one writer; symbols hash to lanes
+design (Ordering): every symbol key has exactly one writer; symbols hash to lanes
 (``lane = iid % lanes``) and each lane owns its symbols' current ticks. A tick whose version
 ``(epoch, seq)`` is at or below the symbol's current version is never applied: an exact repeat is a
 *duplicate* (the redundant twin's copy, so about half of all input at steady state), anything older
 a *regression*. Wall clocks never arbitrate.
 
-``Sequencer.on_ticks`` is the ingest hot loop (DESIGN: 120,000 ticks/s at peak, spikes past
+``Sequencer.on_ticks`` is the ingest hot loop (design: 120,000 ticks/s at peak, spikes past
 190,000/s, every one delivered twice by active/active handlers). It inlines the
 ``monotape.platform.admit`` rule and counts in plain ints; prometheus_client calls cost ~0.5 µs
 each (MEASURED), so the counts are exported at scrape time by ``SequencerCollector``.

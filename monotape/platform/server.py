@@ -2,7 +2,7 @@
 
 The connection registry is the one owner of every per-connection index (subscriptions,
 signatures, priority sets): ``teardown`` is the single, idempotent way out, whichever path a
-connection leaves by (DESIGN: Connections).
+connection leaves by (design: Connections).
 
 Per frame the work is per *signature*, not per connection: a payload is built once from
 per-symbol chunks that were encoded once, WebSocket-framed once, and the same bytes are written
@@ -23,6 +23,7 @@ import numpy as np
 import websockets
 from websockets.asyncio.server import Server, ServerConnection
 from websockets.exceptions import ConnectionClosed, ConnectionClosedOK
+from websockets.frames import CloseCode
 from websockets.protocol import State
 
 from monotape.clock import Clock
@@ -33,19 +34,22 @@ from monotape.platform import codec
 from monotape.platform.auth import (
     TokenVerifier,
 )
+from monotape.platform.budget import ControlLimits, Overrun
 from monotape.platform.codec import ErrorCode
 from monotape.platform.conflation import Frame
 from monotape.platform.connection import Connection, WriteFailed
+from monotape.platform.control import TerminalProtocol, TerminalSocket
 from monotape.platform.drain import Drain
+from monotape.platform.failures import StageFailures
 from monotape.platform.fanout import SubscriptionIndex, plan_payloads
 from monotape.platform.model import Instrument, Tick
 from monotape.platform.requests import (
     Request,
     RequestError,
-    SetPriority,
     Subscribe,
     Unsubscribe,
     decode_request,
+    judge,
 )
 from monotape.platform.sequencer import Sequencer
 from monotape.platform.upgrade import UpgradeGate
@@ -58,6 +62,16 @@ OPEN = State.OPEN
 CLOSE_GOING_AWAY = 1001
 CLOSE_UNSUPPORTED = 1003
 CLOSE_POLICY = 1008
+CLOSE_INTERNAL = 1011  # as websockets' own keepalive closes a connection whose pong is late
+# A failed connection's queued bytes (bounded by the budgets) get this long to reach a terminal
+# that still reads; then the socket is aborted whatever it holds.
+FAIL_GRACE_S = 2.0
+# Teardown reasons for closes websockets starts itself (the close frame it sent says which).
+_FAILED_BY_LIBRARY: dict[int, str] = {
+    CloseCode.PROTOCOL_ERROR: "protocol_error",
+    CloseCode.INVALID_DATA: "protocol_error",
+    CloseCode.MESSAGE_TOO_BIG: "message_too_big",
+}
 MAX_BAD_REQUESTS = 50  # then the connection is closed with 1008: a client this broken is a bug
 MAX_RATE_VIOLATIONS = 200  # a subscribe flood that ignores RATE_LIMITED errors
 ERROR_WINDOW_NS = 60 * 1_000_000_000  # both limits count errors within one minute
@@ -65,6 +79,11 @@ ERROR_WINDOW_NS = 60 * 1_000_000_000  # both limits count errors within one minu
 # Fixed at 4,096 int64 values (32 KiB) per process, whatever the burst.
 PRIORITY_BUFFER = 4096
 PING_SEND_TIMEOUT_S = 1.0  # a keepalive ping that cannot even be sent in this long is skipped
+
+
+def _abort(transport: asyncio.Transport) -> None:
+    with contextlib.suppress(Exception):  # already gone: nothing to do
+        transport.abort()
 
 
 def _sampled(conn_id: int, share: float) -> bool:
@@ -81,6 +100,7 @@ class SnapshotCache:
         self._sequencer = sequencer
         self._chunks: dict[int, tuple[Tick, bytes]] = {}
         self.encodes = 0
+        self.failures: StageFailures | None = None  # the node's: a symbol that cannot encode
 
     def chunk(self, iid: int) -> bytes | None:
         published = self._sequencer.published(iid)
@@ -89,7 +109,12 @@ class SnapshotCache:
         cached = self._chunks.get(iid)
         if cached is not None and cached[0] is published:
             return cached[1]
-        chunk = codec.encode_full_record(published)
+        try:
+            chunk = codec.encode_full_record(published)
+        except ValueError as exc:  # one symbol left out of the snapshot, not the snapshot
+            if self.failures is not None:
+                self.failures.record("snapshot", exc, iid=iid)
+            return None
         self._chunks[iid] = (published, chunk)
         self.encodes += 1
         return chunk
@@ -145,6 +170,7 @@ class FanoutServer:
         self.sequencer = sequencer
         self.index = SubscriptionIndex()
         self.snapshots = SnapshotCache(sequencer)
+        self.failures: StageFailures | None = None  # the node's; set with snapshots.failures
         self.stats = FanoutStats()
         self.connections: dict[int, Connection] = {}
         self._ids = {inst.key: inst.iid for inst in universe}
@@ -177,6 +203,9 @@ class FanoutServer:
         self.write_latencies_ns: list[int] = []  # the last frame's direct writes
         self._behind: set[int] = set()  # connections with queued frames or a gap
         self._pings: dict[int, tuple[int, asyncio.Future[float]]] = {}  # keepalive, unanswered
+        self.control_limits = ControlLimits(
+            cfg.control_frames_per_s, cfg.control_frames_burst, cfg.max_queued_bytes
+        )
 
     # -- lifecycle -------------------------------------------------------------------------
     async def start(self) -> int:
@@ -192,6 +221,9 @@ class FanoutServer:
             ping_interval=None,  # keepalive_loop: one loop for every terminal, not a task each
             ping_timeout=None,
             backlog=self.cfg.listen_backlog,
+            # control frames charged to a per-terminal budget where websockets parses them, and
+            # a CLOSE message before every close frame of a failed connection (control.py)
+            create_connection=TerminalSocket,
         )
         sock = next(iter(self._server.sockets))
         port: int = sock.getsockname()[1]
@@ -221,7 +253,17 @@ class FanoutServer:
                         pong.exception()  # retrieved: a closed connection's waiter fails
                 elif now - sent > timeout_ns:
                     del waiting[cid]
-                    self.teardown(cid, "keepalive_timeout")
+                    conn = self.connections.get(cid)
+                    if conn is not None:
+                        # A terminal that is only slow to answer still learns why and when to
+                        # come back; a dead one costs a bounded close frame and an abort.
+                        self.fail(
+                            conn,
+                            CLOSE_INTERNAL,
+                            "keepalive timeout",
+                            "keepalive_timeout",
+                            reconnect_after_ms=1000,
+                        )
             tick += 1
             k = tick % slices
             behind = self._behind
@@ -318,6 +360,19 @@ class FanoutServer:
             return False
         return True
 
+    def resume(self) -> bool:
+        """Take new terminals again after a drain (POST /admin/resume): a finished drain leaves
+        the node out of rotation (503 to upgrades, /readyz 503) until an operator says so.
+        False if there was no drain; a drain still running is stopped where it is."""
+        if self.drain is None:
+            return False
+        if self._drain_task is not None and not self._drain_task.done():
+            self._drain_task.cancel()
+        log_event("drain_resumed", closed=self.drain.closed, remaining=self.drain.remaining)
+        self.drain = None
+        self._drain_task = None
+        return True
+
     def drain_status(self) -> dict[str, Any]:
         d = self.drain
         if d is None:
@@ -376,6 +431,35 @@ class FanoutServer:
             conn.transport.abort()
         return True
 
+    def fail(
+        self, conn: Connection, code: int, why: str, reason: str, *, reconnect_after_ms: int
+    ) -> None:
+        """Fail the connection now (RFC 6455 §7.1.7), without waiting for the terminal: the
+        wire's CLOSE message and a close frame with ``why`` and the hint, if the connection can
+        still take them; no more reading (a flood stops costing anything at once); the bytes
+        queued get ``FAIL_GRACE_S`` to drain, then the socket is aborted. The teardown (with
+        ``reason``, counted) runs at once. For budget overruns, keepalive timeouts and the
+        slow-consumer kick: terminals that are not holding up their end of a close handshake."""
+        conn.close_reason = conn.close_reason or reason
+        ws = conn.ws
+        protocol = ws.protocol
+        if protocol.state is State.OPEN and isinstance(protocol, TerminalProtocol):
+            protocol.fail_with_hint(code, why, reconnect_after_ms)
+            with contextlib.suppress(Exception):  # the uvloop write-after-eof trap, and kin
+                ws.send_data()
+        transport = conn.transport
+        if not transport.is_closing():
+            transport.close()  # stops reading now; flushes what is queued (bounded)
+            asyncio.get_running_loop().call_later(FAIL_GRACE_S, _abort, transport)
+        self.teardown(conn.conn_id, conn.close_reason)
+
+    def _overrun(self, conn_id: int, overrun: Overrun) -> None:
+        """A terminal went over its control-frame or queued-bytes budget (control.py)."""
+        conn = self.connections.get(conn_id)
+        if conn is None:
+            return
+        self.fail(conn, CLOSE_POLICY, overrun.close_reason, overrun.value, reconnect_after_ms=5000)
+
     # -- the session's token -------------------------------------------------------------------
     def _expire(self, conn_id: int) -> None:
         """The session's token expired: close with a reason and a reconnect hint (the terminal
@@ -414,6 +498,12 @@ class FanoutServer:
         if self._glass is not None and _sampled(conn_id, self.cfg.glass_share):
             self.cohort.add(conn_id)
         self.stats.connections_total += 1
+        if isinstance(ws, TerminalSocket):
+            ws.arm(
+                self.control_limits,
+                self.clock.now_ns,
+                functools.partial(self._overrun, conn_id),
+            )
         reason = "closed"
         try:
             self._answer(conn, self._hello)
@@ -427,8 +517,10 @@ class FanoutServer:
                     break
         except ConnectionClosedOK:
             reason = "closed"
-        except ConnectionClosed:
-            reason = "connection_lost"
+        except ConnectionClosed as exc:
+            # websockets failed it itself (1002 protocol error, 1009 too big): say which.
+            sent = exc.sent.code if exc.sent is not None else 0
+            reason = _FAILED_BY_LIBRARY.get(sent, "connection_lost")
         finally:
             # A close the server started (shutdown, drain, kick) names itself; otherwise the
             # way the socket ended does.
@@ -476,8 +568,7 @@ class FanoutServer:
             self._behind.add(conn.conn_id)
         return written
 
-    def _error(self, conn: Connection, code: ErrorCode, message: str, req: int) -> None:
-        self.stats.request_errors[code.name] += 1
+    def _mistake(self, conn: Connection) -> None:
         # Errors are counted per minute, not per lifetime: a desk open all week must not be
         # closed as a flood for mistakes spread over days.
         now = self.clock.now_ns()
@@ -485,6 +576,10 @@ class FanoutServer:
             conn.errors_since_ns = now
             conn.request_errors = 0
         conn.request_errors += 1
+
+    def _error(self, conn: Connection, code: ErrorCode, message: str, req: int) -> None:
+        self.stats.request_errors[code.name] += 1
+        self._mistake(conn)
         self._answer(conn, codec.ws_binary_frame(codec.encode_error(code, message, req)))
 
     def _rate_ok(self, conn: Connection) -> bool:
@@ -520,67 +615,47 @@ class FanoutServer:
         self._apply(conn, request)
         return None
 
-    def _resolve(self, conn: Connection, keys: Sequence[str], req: int) -> list[int] | None:
-        unknown = [k for k in keys if k not in self._ids]
-        if unknown:
-            shown = ", ".join(unknown[:5]) + (
-                f" (+{len(unknown) - 5} more)" if len(unknown) > 5 else ""
-            )
-            self._error(conn, ErrorCode.UNKNOWN_SYMBOL, f"unknown symbol: {shown}", req)
-            return None
-        return [self._ids[k] for k in keys]
+    def _refuse(self, conn: Connection, req: int, refused: Sequence[codec.Refusal]) -> None:
+        """REFUSED for the keys of ``req`` that were not applied (before that request's ACK).
+
+        Counted once per request and code: a request that refused some keys is one mistake in
+        the connection's error window, however many keys it named."""
+        for code in {r.code for r in refused}:
+            self.stats.request_errors[ErrorCode(code).name] += 1
+        self._mistake(conn)
+        self._answer(conn, codec.ws_binary_frame(codec.encode_refused(req, refused)))
 
     def _apply(self, conn: Connection, request: Request) -> None:
-        # Each request applies whole or not at all, so a rejected one leaves state as it was.
-        iids = self._resolve(conn, request.keys, request.req)
-        if iids is None:
-            return
+        # Judged key by key (requests.judge): the keys that pass are applied, the others are
+        # named in REFUSED, and the ACK that follows gives the counts after the request.
         cid = conn.conn_id
-        if isinstance(request, Subscribe):
-            held = self.index.subscriptions(cid)
-            wanted = len(held | set(iids))
-            if wanted > self.cfg.max_subscriptions:
-                self._error(
-                    conn,
-                    ErrorCode.TOO_MANY_SUBSCRIPTIONS,
-                    f"{wanted} subscriptions requested, limit is {self.cfg.max_subscriptions}",
-                    request.req,
-                )
-                return
+        index = self.index
+        ruling = judge(
+            request,
+            self._ids,
+            index.subscriptions(cid),
+            index.priority(cid),
+            max_subscriptions=self.cfg.max_subscriptions,
+            max_priority=self.cfg.max_priority,
+        )
+        if ruling.refused:
+            self._refuse(conn, request.req, ruling.refused)
+        iids = ruling.iids  # each once: a snapshot never repeats a record
+        if not iids:
+            pass  # everything refused: state as it was, and the ACK still closes the answer
+        elif isinstance(request, Subscribe):
             # Every requested symbol is hydrated, held ones included: re-subscribing is how a
             # terminal that saw a gap asks for a fresh base (docs/wire.md).
             started = self.clock.now_ns()
-            self.index.subscribe(cid, iids)
+            index.subscribe(cid, iids)
             self._deliver(conn, self.snapshots.snapshot(self._last_frame_no, iids))
             if self._hydrate is not None:
                 self._hydrate.record_ns(self.clock.now_ns() - started)
         elif isinstance(request, Unsubscribe):
-            self.index.unsubscribe(cid, iids)
-        elif isinstance(request, SetPriority):
-            if request.on:
-                missing = set(iids) - self.index.subscriptions(cid)
-                if missing:
-                    names = ", ".join(sorted(self._keys[i] for i in missing)[:5])
-                    self._error(
-                        conn,
-                        ErrorCode.NOT_SUBSCRIBED,
-                        f"subscribe before priority: {names}",
-                        request.req,
-                    )
-                    return
-                wanted = len(self.index.priority(cid) | set(iids))
-                if wanted > self.cfg.max_priority:
-                    self._error(
-                        conn,
-                        ErrorCode.TOO_MANY_PRIORITY,
-                        f"{wanted} priority symbols requested, limit is {self.cfg.max_priority}",
-                        request.req,
-                    )
-                    return
-            self.index.set_priority(cid, iids, request.on)
-        ack = codec.encode_ack(
-            request.req, len(self.index.subscriptions(cid)), len(self.index.priority(cid))
-        )
+            index.unsubscribe(cid, iids)
+        else:
+            index.set_priority(cid, iids, request.on)
+        ack = codec.encode_ack(request.req, len(index.subscriptions(cid)), len(index.priority(cid)))
         self._answer(conn, codec.ws_binary_frame(ack))
 
     # -- the fan-out ---------------------------------------------------------------------------
@@ -595,9 +670,12 @@ class FanoutServer:
         encode = codec.encode_delta_record
         subscribed = self.index.has_subscribers
         # Encoded once per changed symbol that anyone watches; nobody pays for the others.
-        chunks = {
-            rec.iid: encode(rec.base, rec.new) for rec in frame.records if subscribed(rec.iid)
-        }
+        try:
+            chunks = {
+                rec.iid: encode(rec.base, rec.new) for rec in frame.records if subscribed(rec.iid)
+            }
+        except ValueError:  # a symbol that cannot encode: contained to that symbol
+            chunks = self._encode_each(frame)
         plan = plan_payloads(chunks, self.index)
         self.stats.payloads_last = len(plan)
         index = self.index
@@ -649,6 +727,20 @@ class FanoutServer:
         self.flush_behind()
         return published
 
+    def _encode_each(self, frame: Frame) -> dict[int, bytes]:
+        """The frame's chunks symbol by symbol; one that raises is left out and counted (its
+        terminals see a gap on the next frame and get a snapshot)."""
+        chunks: dict[int, bytes] = {}
+        subscribed = self.index.has_subscribers
+        for rec in frame.records:
+            if subscribed(rec.iid):
+                try:
+                    chunks[rec.iid] = codec.encode_delta_record(rec.base, rec.new)
+                except ValueError as exc:
+                    if self.failures is not None:
+                        self.failures.record("encode", exc, iid=rec.iid)
+        return chunks
+
     def flush_behind(self) -> None:
         """Give terminals with queued frames (or a gap) their chance to catch up."""
         if not self._behind:
@@ -676,7 +768,22 @@ class FanoutServer:
             elif not conn.gap_since_ns:
                 conn.gap_since_ns = now
             elif kick_after and now - conn.gap_since_ns > kick_after:
-                self.teardown(cid, "slow_consumer")
+                self.fail(
+                    conn,
+                    CLOSE_POLICY,
+                    "slow consumer: not reading",
+                    "slow_consumer",
+                    reconnect_after_ms=5000,
+                )
+                continue
+            # Bytes, not only frames: the transport's buffer (answers, a large snapshot) plus
+            # the ring. Only connections already behind get here, never the fast path.
+            queued = conn.transport.get_write_buffer_size() + conn.outbox.queued_bytes
+            if self.control_limits.over_queued(queued):
+                overrun = Overrun.QUEUED_BYTES
+                self.fail(
+                    conn, CLOSE_POLICY, overrun.close_reason, overrun.value, reconnect_after_ms=5000
+                )
 
     def _gap_snapshot(self, conn: Connection) -> bytes:
         return self.snapshots.snapshot(self._last_frame_no, self.index.subscriptions(conn.conn_id))
@@ -696,7 +803,12 @@ class FanoutServer:
             if not has_priority(tick.iid):  # the common case: no order ticket holds it
                 continue
             targets = index.priority_connections(tick.iid)
-            wire = codec.ws_binary_frame(codec.encode_priority(codec.encode_full_record(tick)))
+            try:
+                wire = codec.ws_binary_frame(codec.encode_priority(codec.encode_full_record(tick)))
+            except ValueError as exc:  # this tick only; the conflated stream still carries it
+                if self.failures is not None:
+                    self.failures.record("priority", exc, iid=tick.iid)
+                continue
             admitted = tick.admitted_ns
             for cid in tuple(targets):
                 conn = self.connections.get(cid)

@@ -10,7 +10,9 @@ stops it with SIGTERM and judges (docs/soak.md):
 - the invariants were 0 at every sample, and the server never logged ``invariant_tripped``;
 - ``monotape_connections`` is 0 and every ``monotape_index_entries{index}`` is exactly 0;
 - asyncio tasks and open fds are back to the baseline (small slack), RSS within a tolerance;
-- the churn ran (sessions opened) without errors or cancelled stragglers;
+- the churn ran (sessions opened) without errors or cancelled stragglers; upgrades the node
+  refused with 503 + Retry-After (shedding under load, as designed) and handshakes that timed out
+  (a node starved of CPU) are retried by the churn and reported apart, never failed on;
 - the server exited 0 on SIGTERM.
 
 The verdict logic (``judge``) is a pure function of the samples, so it is unit-tested apart from
@@ -33,7 +35,6 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Final, TextIO
-from urllib.parse import quote
 
 import msgspec
 from msgspec import Meta
@@ -395,7 +396,9 @@ def judge(
             problems.append(f"{churn.cancelled} sessions cancelled after the drain")
         summary = (
             f"opened {churn.opened}, closed {churn.closed}, rst {churn.rst}, "
-            f"errors {churn.errors}, skipped {churn.skipped}, peak open {churn.peak_open}"
+            f"errors {churn.errors}, skipped {churn.skipped}, peak open {churn.peak_open}, "
+            f"503 refusals {churn.rejected}, handshake timeouts {churn.timeouts} "
+            f"(retried; {churn.gave_up} gave up)"
         )
         checks.append(
             Check(
@@ -523,10 +526,6 @@ class _Server:
         """What the report prints: never the token."""
         return f"ws://127.0.0.1:{self.ws_port}/"
 
-    @property
-    def terminal_url(self) -> str:
-        return f"{self.url}?token={quote(self.token)}" if self.token else self.url
-
     async def invariant_trips(self, timeout_s: float) -> dict[str, int] | None:
         """``trips`` of ``GET /admin/invariants``: every trip since start, even one that
         recovered between two samples. None if the admin API did not answer."""
@@ -652,7 +651,7 @@ async def run_soak(cfg: SoakConfig, out: TextIO = sys.stdout) -> SoakVerdict:
             soak.phase = "churn"
             soak.last_report = soak.loop.time()
             churn_task = asyncio.create_task(
-                run_churn(server.terminal_url, churn_cfg, soak.on_progress)
+                run_churn(server.url, churn_cfg, soak.on_progress, token=server.token or None)
             )
             report: ChurnReport | None = None
             try:

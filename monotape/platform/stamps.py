@@ -1,18 +1,19 @@
-"""Stage latency stamps: a value for every tick at each of the five stages (DESIGN: stages),
+"""Stage latency stamps: a value for every tick at each of the five stages (design: stages),
 and for every priority write.
 
 Values are gathered per batch (a handler's drain, a bus batch, a frame) into numpy arrays and
 recorded with one vectorized call each (``StageRecorder.record_many_ns``), never per value:
 per-value ``record_value()`` costs ~1 µs (MEASURED), too much at 190k ticks/s × 5 stages.
 
-| stage      | from → to                                     | one value per                 |
-|------------|-----------------------------------------------|-------------------------------|
-| decode     | venue timestamp → decoded by the handler      | tick a handler delivered      |
-| sequence   | decoded → admitted by the lane                | tick admitted                 |
-| conflate   | admitted → the frame boundary that carries it | tick admitted (to its frame)  |
-| encode     | frame boundary → payloads encoded, published  | tick admitted (to its frame)  |
-| write      | published → handed to the kernel              | frame written to a connection |
-| priority   | admitted → handed to the kernel, no frame     | tick written to a connection  |
+| stage         | from → to                                     | one value per                   |
+|---------------|-----------------------------------------------|---------------------------------|
+| decode        | venue timestamp → decoded by the handler      | tick a handler delivered        |
+| sequence      | decoded → admitted by the lane                | tick admitted                   |
+| conflate      | admitted → the frame boundary that carries it | tick admitted (to its frame)    |
+| encode        | frame boundary → payloads encoded, published  | tick admitted (to its frame)    |
+| write         | published → handed to the kernel              | frame written to a connection   |
+| priority      | admitted → handed to the kernel, no frame     | tick written to a connection    |
+| tick_to_write | decoded → its frame handed to the kernel      | tick carried by a written frame |
 
 ``write`` counts frames handed to the kernel straight from the fan-out; a frame that waited in a
 slow terminal's ring is counted in ``monotape_slow_consumer_drops_total`` / the ring gauges, not
@@ -22,6 +23,13 @@ priority update queued in a slow terminal's ring has no value (it is still count
 ``monotape_priority_updates_sent_total``). Its values are gathered by the server in a fixed
 buffer (``FanoutServer.flush_priority``) and handed here once per frame, before each rotation,
 and early whenever that buffer fills.
+
+``tick_to_write`` is the end-to-end figure a tick-to-glass alert reads: one value per tick,
+from its decoding to the moment the frame that carries it was handed to the kernel for the last
+terminal that got that frame straight from the fan-out (the frame's slowest direct write: an
+upper bound over the terminals). A frame with no direct write (no terminal, or all of them
+behind) gives its ticks no value. A p99 of this stage is a real p99 per tick; a sum of stage
+p99s is not one.
 
 ``decode`` subtracts the venue's wall clock from ours, so it is only as good as the clocks'
 agreement (negative values are clamped to 0 and counted). The rest is this host's monotonic
@@ -90,6 +98,11 @@ class StageStamps:
         self._encode = _Batch(recorders["encode"])
         self._write = _Batch(recorders["write"])
         self._priority = _Batch(recorders["priority"])
+        self._tick_to_write = _Batch(recorders["tick_to_write"])
+        # decoded times of the ticks the last frame carried, and its publish time: written()
+        # closes the frame that framed() opened
+        self._framed_decoded = _EMPTY
+        self._framed_published = 0
         self._decoded: list[Sequence[Tick]] = []  # batches since the last frame
         self._admitted: list[Sequence[Tick]] = []
 
@@ -99,8 +112,9 @@ class StageStamps:
     def admitted(self, applied: Sequence[Tick]) -> None:
         self._admitted.append(applied)
 
-    def _take(self, wall_offset_ns: int) -> np.ndarray:
-        """Record decode and sequence for every pending batch; return the admitted times."""
+    def _take(self, wall_offset_ns: int) -> tuple[np.ndarray, np.ndarray]:
+        """Record decode and sequence for every pending batch; return the admitted ticks'
+        admitted and decoded times."""
         if self._decoded:
             ticks = list(chain.from_iterable(self._decoded))
             self._decoded.clear()
@@ -110,21 +124,23 @@ class StageStamps:
             # decoded_ns is monotonic; the venue stamps wall time: one offset per frame joins them
             self._decode.add(decoded + wall_offset_ns - venue)
         if not self._admitted:
-            return _EMPTY
+            return _EMPTY, _EMPTY
         ticks = list(chain.from_iterable(self._admitted))
         self._admitted.clear()
         n = len(ticks)
         admitted = np.fromiter(map(_ADMITTED, ticks), dtype=np.int64, count=n)
         decoded = np.fromiter(map(_DECODED, ticks), dtype=np.int64, count=n)
         self._sequence.add(admitted - decoded)
-        return admitted
+        return admitted, decoded
 
     def framed(self, boundary_ns: int, published_ns: int, wall_offset_ns: int) -> int:
         """The frame at ``boundary_ns`` carried every tick admitted since the last one.
 
         ``wall_offset_ns`` is wall minus monotonic time now (the decode stage's venue stamps are
         wall clock). Returns how many admitted ticks the frame carried."""
-        admitted = self._take(wall_offset_ns)
+        admitted, decoded = self._take(wall_offset_ns)
+        self._framed_decoded = decoded
+        self._framed_published = published_ns
         n = len(admitted)
         if n:
             # An overdue frame (the previous publish overran) carries ticks admitted after its
@@ -135,7 +151,13 @@ class StageStamps:
         return n
 
     def written(self, latencies_ns: np.ndarray) -> None:
+        """The last ``framed()`` frame's direct writes, published → handed to the kernel."""
         self._write.add(latencies_ns)
+        decoded = self._framed_decoded
+        if len(latencies_ns) and len(decoded):
+            last_write = self._framed_published + int(latencies_ns.max())
+            self._tick_to_write.add(last_write - decoded)
+        self._framed_decoded = _EMPTY
 
     def prioritized(self, latencies_ns: np.ndarray) -> None:
         """Admitted → written values of priority writes. ``latencies_ns`` is read during the call
@@ -158,6 +180,7 @@ class StageStamps:
             self._encode,
             self._write,
             self._priority,
+            self._tick_to_write,
         ):
             batch.flush()
         return self.recorders.rotate_all(wall_now_ms)

@@ -1,11 +1,17 @@
 """The upgrade gate: every WebSocket upgrade passes here before a connection exists.
 
-In order, each a fast refusal rather than a queue (DESIGN: Connections):
+In order, cheapest refusal first, each a fast answer rather than a queue:
 1. draining: 503 with a jittered Retry-After (the node is leaving the rotation);
-2. overloaded: 503 while the event loop runs late (load shedding: the loop's lag is the truth
+2. the source address has failed too many upgrades: 429 with Retry-After, no token work at all;
+3. the token's shape: missing, duplicate ``Authorization``, oversized or not three base64url
+   parts: 401 with the reason at once (a failure of that address);
+4. overloaded: 503 while the event loop runs late (load shedding: the loop's lag is the truth
    about this core, the bucket's rate only a budget);
-3. the token bucket: 503 with a Retry-After of 1-2x its refill time;
-4. the JWT, verified off the event loop and cached by fingerprint: 401 with the reason.
+5. the JWT, verified off the event loop and cached by fingerprint: 401 with the reason (a
+   failure of that address);
+6. the token bucket, charged only now, for a verified terminal: 503 with a Retry-After of 1-2x
+   its refill time. A flood of tokenless or forged upgrades therefore never spends the budget
+   meant for terminals (measured before: ~2,190 tokenless upgrades/s, 35% of real connects 503).
 Verified claims are handed to the connection's handler through ``claims_for``.
 """
 
@@ -24,7 +30,7 @@ from websockets.http11 import Response as HttpResponse
 
 from monotape.clock import Clock
 from monotape.config import ServerConfig
-from monotape.platform.admission import TokenBucket
+from monotape.platform.admission import FailedUpgrades, TokenBucket
 from monotape.platform.auth import (
     AuthError,
     Claims,
@@ -51,6 +57,9 @@ class UpgradeGate:
         self.draining = draining
         self.overloaded = overloaded
         self.bucket = TokenBucket(cfg.admission_rate_per_s, cfg.admission_burst, clock.now_ns())
+        self.failures = FailedUpgrades(
+            cfg.failed_upgrades_burst, cfg.failed_upgrades_per_s, cfg.failed_upgrades_addresses
+        )
         # by reason; every series exists from the start so a rate() over them never starts blank
         self.rejected: Counter[str] = Counter({"rate": 0, "overloaded": 0, "draining": 0})
         # weak: a handshake that fails after the gate leaves nothing behind
@@ -66,8 +75,8 @@ class UpgradeGate:
         response.headers["Retry-After"] = str(retry_s)
         return response
 
-    @staticmethod
-    def _unauthorized(ws: ServerConnection, reason: str) -> HttpResponse:
+    def _unauthorized(self, ws: ServerConnection, address: str, reason: str) -> HttpResponse:
+        self.failures.failed(address, self.clock.now_ns())
         response = ws.respond(HTTPStatus.UNAUTHORIZED, f"unauthorized: {reason}\n")
         response.headers["WWW-Authenticate"] = www_authenticate(reason)
         return response
@@ -77,27 +86,53 @@ class UpgradeGate:
         if self.draining():
             body = "draining: reconnect elsewhere\n"
             return self._unavailable(ws, "draining", body, random.randint(1, 5))
+        verifier = self.verifier
+        address = _source_address(ws)
+        token: str | None = None
+        if verifier is not None:
+            now = self.clock.now_ns()
+            if not self.failures.allowed(address, now):
+                response = ws.respond(
+                    HTTPStatus.TOO_MANY_REQUESTS, "too many failed upgrades from this address\n"
+                )
+                response.headers["Retry-After"] = str(self.failures.retry_after_s(address, now))
+                return response
+            try:
+                token = token_from_request(
+                    request.headers.raw_items(), urlsplit(request.path).query
+                )
+                verifier.precheck(token)
+            except AuthError as exc:
+                if exc.reason == "duplicate Authorization":
+                    verifier.refused[exc.reason] += 1  # precheck counts the others
+                return self._unauthorized(ws, address, exc.reason)
         if self.overloaded is not None and self.overloaded():
             # Cheap to refuse here (no hello, no snapshot); admitting would make every terminal
             # already connected late too, and the queued ones would time out anyway.
             body = "overloaded: retry\n"
             return self._unavailable(ws, "overloaded", body, self.bucket.retry_after_s())
+        if verifier is not None:
+            try:
+                claims = await verifier.verify(token)
+            except AuthError as exc:
+                return self._unauthorized(ws, address, exc.reason)
+            if claims.expires_in(self.clock.wall_ns() / 1e9) <= 0:
+                # Inside the verifier's leeway but already past exp: a session would be closed
+                # at once and the terminal would loop. Refuse it like any expired token.
+                return self._unauthorized(ws, address, "expired")
+            self._claims[ws] = claims
         if not self.bucket.take(self.clock.now_ns()):
+            self._claims.pop(ws, None)
             body = "too many connections: retry\n"
             return self._unavailable(ws, "rate", body, self.bucket.retry_after_s())
-        if self.verifier is None:
-            return None
-        token = token_from_request(dict(request.headers.raw_items()), urlsplit(request.path).query)
-        try:
-            claims = await self.verifier.verify(token)
-        except AuthError as exc:
-            return self._unauthorized(ws, exc.reason)
-        if claims.expires_in(self.clock.wall_ns() / 1e9) <= 0:
-            # Inside the verifier's leeway but already past exp: a session would be closed at
-            # once and the terminal would loop. Refuse it like any expired token.
-            return self._unauthorized(ws, "expired")
-        self._claims[ws] = claims
         return None
 
     def claims_for(self, ws: ServerConnection) -> Claims | None:
         return self._claims.pop(ws, None)
+
+
+def _source_address(ws: ServerConnection) -> str:
+    """The TCP peer's address. Behind an L4 balancer this is the balancer's, not the terminal's:
+    monotape does not read the PROXY protocol (docs/auth.md)."""
+    remote = ws.remote_address
+    return str(remote[0]) if remote else "?"

@@ -16,9 +16,10 @@ from typing import Any
 import msgspec
 
 from monotape.platform import codec
-from monotape.platform.codec import ErrorCode, wrap_int64
+from monotape.platform.codec import ErrorCode, Refusal, wrap_int64
 from monotape.platform.model import Instrument, Tick
 from monotape.platform.requests import (
+    MAX_REQUEST_BYTES,
     Request,
     SetPriority,
     Subscribe,
@@ -192,13 +193,37 @@ def _messages() -> list[dict[str, Any]]:
             "hex": codec.encode_ack(7, 40, 2).hex(),
             "decoded": {"req": 7, "subscribed": 40, "priority": 2},
         },
+        {
+            "name": "refused",
+            "input": {"req": 7, "keys": REFUSED_KEYS},
+            "hex": codec.encode_refused(7, [Refusal(*r.values()) for r in REFUSED_KEYS]).hex(),
+            "decoded": {"req": 7, "keys": REFUSED_KEYS},
+        },
+        {
+            # A kind this protocol does not define (10-255): decoded as "skip me", not an error,
+            # so later kinds never break a client (docs/wire.md, Message kinds).
+            "name": "unknown_kind_is_skipped",
+            "input": {"kind": 42},
+            "hex": "2a93010203",
+            "decoded": {"kind": 42},
+        },
     ]
+
+
+REFUSED_KEYS: list[dict[str, Any]] = [
+    {
+        "key": "xnas:aapl",
+        "code": int(ErrorCode.MALFORMED_KEY),
+        "reason": "the venue is 1-16 of A-Z 0-9 _ . - (upper case), not 'xnas'",
+    },
+    {"key": "XNAS:NOPE", "code": int(ErrorCode.UNKNOWN_SYMBOL), "reason": "not in the dictionary"},
+]
 
 
 # Server messages every decoder must refuse (CodecError in Python).
 BAD_MESSAGES: list[tuple[str, str]] = [
     ("empty", ""),
-    ("unknown_kind", "09"),
+    ("kind_zero", "00"),
     ("frame_truncated_header", "03"),
     ("frame_count_exceeds_bytes", "030105"),
     ("frame_trailing_bytes", "0301000700010001020101010100"),
@@ -211,6 +236,17 @@ BAD_MESSAGES: list[tuple[str, str]] = [
     ("priority_with_delta", "04070001012a0000000000"),
     ("heartbeat_wrong_type", "0592a1780a"),
     ("hello_garbage", "01c1"),
+    # msgpack arrays hold exactly the fields the spec lists: a trailing element is refused
+    ("ack_trailing_element", "0894072802c0"),
+    ("heartbeat_trailing_element", "0593cd04d20000"),
+    ("error_trailing_element", "069404a0070a"),
+    ("close_trailing_element", "0794cd03e900a000"),
+    ("hello_trailing_element", "019702a000000090c0"),
+    ("hello_instrument_trailing_element", "019602a0000000919500a3413a42000101"),
+    ("refused_trailing_element", "0993079193a3413a4204a000"),
+    ("refusal_trailing_element", "0992079194a3413a420aa000"),
+    ("refused_no_keys", "09920790"),
+    ("refused_empty", "09"),
 ]
 
 
@@ -233,6 +269,8 @@ def _websocket() -> list[dict[str, Any]]:
 def _requests() -> dict[str, Any]:
     good: list[tuple[str, Request]] = [
         ("subscribe", Subscribe(req=1, keys=["XNAS:AAPL", "EBS:EUR/USD"])),
+        # decodes: keys are judged one by one after decoding (see "judged")
+        ("subscribe_bad_keys", Subscribe(req=5, keys=["XNAS:AAPL", "xnas:aapl", "XNAS:NOPE"])),
         ("unsubscribe", Unsubscribe(req=2, keys=["XNAS:AAPL"])),
         ("priority_on", SetPriority(req=3, keys=["CME:ESZ5"])),
         ("priority_off", SetPriority(req=4, keys=["CME:ESZ5"], on=False)),
@@ -240,7 +278,7 @@ def _requests() -> dict[str, Any]:
     enc = msgspec.msgpack.encode
     bad: list[tuple[str, bytes | str, ErrorCode, int, str]] = [
         ("text", '{"type":"subscribe"}', ErrorCode.TEXT_NOT_ALLOWED, 0, ""),
-        ("too_large", b"\x00" * (16 * 1024 + 1), ErrorCode.TOO_LARGE, 0, ""),
+        ("too_large", b"\x00" * (MAX_REQUEST_BYTES + 1), ErrorCode.TOO_LARGE, 0, ""),
         ("garbage", b"\xc1", ErrorCode.BAD_MESSAGE, 0, ""),
         (
             "trailing",
@@ -258,11 +296,27 @@ def _requests() -> dict[str, Any]:
             "$.req",
         ),
         (
-            "bad_key",
-            enc({"type": "subscribe", "req": 6, "keys": ["A:B", "lower:x"]}),
+            "key_not_a_string",
+            enc({"type": "subscribe", "req": 6, "keys": ["A:B", 7]}),
             ErrorCode.INVALID_REQUEST,
             6,
             "$.keys[1]",
+        ),
+        (
+            "key_longer_than_128",
+            enc({"type": "subscribe", "req": 6, "keys": ["A:" + "B" * 127]}),
+            ErrorCode.INVALID_REQUEST,
+            6,
+            "$.keys[0]",
+        ),
+        (
+            # {"type": "subscribe", "req": 1, "req": 2, "keys": ["A:B"]}: one request, two
+            # meanings; a decoder that keeps the last copy must not be written
+            "field_named_twice",
+            b"\x84\xa4type\xa9subscribe\xa3req\x01\xa3req\x02\xa4keys\x91\xa3A:B",
+            ErrorCode.INVALID_REQUEST,
+            1,
+            "`req`",
         ),
         (
             "no_keys",
@@ -291,6 +345,7 @@ def _requests() -> dict[str, Any]:
             {"name": n, "input": msgspec.to_builtins(r), "hex": encode_request(r).hex()}
             for n, r in good
         ],
+        "judged": _judged(),
         "bad": [
             {
                 "name": n,
@@ -305,6 +360,90 @@ def _requests() -> dict[str, Any]:
             for n, d, code, req, names in bad
         ],
     }
+
+
+def _judged() -> list[dict[str, Any]]:
+    """How a server answers a request that decodes: the request, what the connection held, the
+    dictionary (``INSTRUMENTS``) and HELLO's limits in; the REFUSED (or none) and the ACK out.
+
+    The expected refusals are written out here from the rules in docs/wire.md, not produced by
+    the server's judge, so both can be checked against them."""
+    dictionary = [i.key for i in INSTRUMENTS]  # iids 0, 1 and 517
+    cases: list[tuple[str, Request, list[str], list[str], int, list[dict[str, Any]], int, int]] = [
+        (
+            "subscribe_good_malformed_unknown",
+            Subscribe(req=5, keys=["XNAS:AAPL", "xnas:aapl", "XNAS:NOPE"]),
+            [],
+            [],
+            256,
+            REFUSED_KEYS,
+            1,
+            0,
+        ),
+        (
+            "subscribe_256_copies_of_one_key",
+            Subscribe(req=6, keys=["CME:ESZ5"] * 256),
+            [],
+            [],
+            256,
+            [],
+            1,
+            0,
+        ),
+        (
+            "subscribe_over_the_limit",
+            Subscribe(req=7, keys=["XNAS:AAPL", "CME:ESZ5", "EBS:EUR/USD"]),
+            ["XNAS:AAPL"],
+            [],
+            2,
+            [
+                {
+                    "key": "EBS:EUR/USD",
+                    "code": int(ErrorCode.TOO_MANY_SUBSCRIPTIONS),
+                    "reason": "over the limit of 2 subscriptions per connection",
+                }
+            ],
+            2,
+            0,
+        ),
+        (
+            "priority_not_subscribed",
+            SetPriority(req=8, keys=["XNAS:AAPL", "CME:ESZ5"]),
+            ["XNAS:AAPL"],
+            [],
+            256,
+            [
+                {
+                    "key": "CME:ESZ5",
+                    "code": int(ErrorCode.NOT_SUBSCRIBED),
+                    "reason": "subscribe before priority",
+                }
+            ],
+            1,
+            1,
+        ),
+    ]
+    out = []
+    for name, request, held, prio, max_subs, refused, n_subs, n_prio in cases:
+        out.append(
+            {
+                "name": name,
+                "dictionary": dictionary,
+                "held": held,
+                "priority": prio,
+                "max_subscriptions": max_subs,
+                "max_priority": 16,
+                "request_hex": encode_request(request).hex(),
+                "refused": refused,
+                "refused_hex": (
+                    codec.encode_refused(request.req, [Refusal(*r.values()) for r in refused]).hex()
+                    if refused
+                    else None
+                ),
+                "ack_hex": codec.encode_ack(request.req, n_subs, n_prio).hex(),
+            }
+        )
+    return out
 
 
 def build() -> dict[str, Any]:

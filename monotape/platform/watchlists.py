@@ -1,6 +1,6 @@
 """Deterministic terminal watchlists with heavy, Zipf-like sharing (the load the fan-out serves).
 
-DESIGN (The workload): watchlists are heavily shared; 4,200 connections collapse to about 260
+design (The workload): watchlists are heavily shared; 4,200 connections collapse to about 260
 distinct subscription sets. Traders on one desk run the desk's list; a popular few desk lists
 cover most screens; a few traders personalise theirs.
 

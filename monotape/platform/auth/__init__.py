@@ -1,4 +1,4 @@
-"""Auth on the WebSocket upgrade and the admin API (DESIGN: Connections: Auth; docs/auth.md).
+"""Auth on the WebSocket upgrade and the admin API (design: Connections: Auth; docs/auth.md).
 
 - ``verifier``: ``TokenVerifier`` (off-loop verification, fingerprint LRU), ``Claims``,
   ``AuthError``, ``token_from_request``.

@@ -1,7 +1,7 @@
 """JWT verification for the WebSocket upgrade: off the event loop, memoized until expiry.
 
 The seed verified every upgrade on the event loop and re-parsed the PEM key per call (~0.9 ms
-each), so the reconnect storm at the open (thousands of terminals inside 1-2 s, DESIGN:
+each), so the reconnect storm at the open (thousands of terminals inside 1-2 s, design:
 workload) stalled every other connection. Here:
 
 - the key objects are built once, before the first upgrade (``keys.KeySet``);
@@ -24,13 +24,15 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
+import math
+import re
 import sys
 import time
 from collections import Counter, OrderedDict
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from concurrent.futures import Executor, ThreadPoolExecutor
 from functools import partial
-from typing import Any, Final
+from typing import Any, Final, TypeGuard
 from urllib.parse import parse_qsl
 
 import jwt
@@ -60,7 +62,18 @@ REASONS: Final = (
     "not yet valid",
     "wrong audience",
     "wrong issuer",
+    "invalid exp",
+    "invalid nbf",
+    "duplicate Authorization",
 )
+
+# A JWS compact serialization (RFC 7515 §7.1): three base64url segments separated by dots.
+# Checked on the loop before anything else costs anything. The signature may be empty here
+# only so that an unsecured token (``alg: none``) is refused by its name, not as "malformed".
+_COMPACT_JWS: Final = re.compile(r"[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*")
+# exp and nbf are NumericDates (RFC 7519 §2): finite seconds. Past 9999-12-31T23:59:59Z a value
+# is a mistake or an attack (1e300 would never expire, NaN and Infinity broke int()).
+MAX_NUMERIC_DATE: Final = 253_402_300_799
 
 
 class AuthError(Exception):
@@ -184,6 +197,16 @@ class TokenVerifier:
         self.verify_seconds_total = 0.0  # wall time spent in full verifications (pool threads)
 
     # -- the public surface ----------------------------------------------------------------
+    def precheck(self, token: str | None) -> None:
+        """Refuse a missing, oversized or malformed token on the spot (``AuthError``, counted):
+        what needs no key, no thread and no cache, so a flood of such upgrades costs nothing
+        else (the server checks this before it charges any admission budget)."""
+        try:
+            self._admit(token)
+        except AuthError as exc:
+            self.refused[exc.reason] += 1
+            raise
+
     async def verify(self, token: str | None) -> Claims:
         """Claims for ``token`` or ``AuthError``; a full verification runs in the pool."""
         try:
@@ -241,11 +264,9 @@ class TokenVerifier:
             raise AuthError("missing token")
         if len(token) > self.max_token_bytes:  # before encoding: a 10 MB header costs nothing
             raise AuthError("token too large")
-        try:
-            raw = token.encode("ascii")  # a JWS compact serialization is base64url and dots
-        except UnicodeEncodeError:
-            raise AuthError("malformed token") from None
-        return hashlib.sha256(raw).digest()
+        if _COMPACT_JWS.fullmatch(token) is None:  # base64url and two dots, nothing else
+            raise AuthError("malformed token")
+        return hashlib.sha256(token.encode("ascii")).digest()
 
     def _now_s(self) -> float:
         return self._clock.wall_ns() / 1e9
@@ -320,10 +341,10 @@ class TokenVerifier:
 
     def _claims(self, payload: Mapping[str, Any]) -> Claims:
         exp, nbf, sub = payload.get("exp"), payload.get("nbf"), payload.get("sub")
-        if not isinstance(exp, int | float) or isinstance(exp, bool):
-            raise AuthError("malformed token")
-        if nbf is not None and (not isinstance(nbf, int | float) or isinstance(nbf, bool)):
-            raise AuthError("malformed token")
+        if not _numeric_date(exp):
+            raise AuthError("invalid exp")
+        if nbf is not None and not _numeric_date(nbf):
+            raise AuthError("invalid nbf")
         if not isinstance(sub, str) or not sub:
             raise AuthError("malformed token")
         now = self._now_s()
@@ -342,15 +363,36 @@ class TokenVerifier:
         )
 
 
-def token_from_request(headers: Mapping[str, str], query: str) -> str | None:
+def _numeric_date(value: object) -> TypeGuard[int | float]:
+    """A finite number of seconds in [0, MAX_NUMERIC_DATE] (bools are ints in Python: refused)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return math.isfinite(value) and 0 <= value <= MAX_NUMERIC_DATE
+
+
+def token_from_request(
+    headers: Mapping[str, str] | Iterable[tuple[str, str]], query: str
+) -> str | None:
     """The bearer token of an upgrade request: ``Authorization: Bearer <t>`` first (RFC 6750
     §2.1; header name and scheme case-insensitive), then the ``token`` query parameter (§2.3;
-    browsers cannot set headers on a WebSocket). ``query`` may start with ``?``."""
-    for name, value in headers.items():
+    browsers cannot set headers on a WebSocket). ``query`` may start with ``?``.
+
+    Pass the headers as (name, value) pairs to see every copy: two ``Authorization`` headers
+    raise ``AuthError("duplicate Authorization")`` rather than letting one silently win (a
+    proxy that adds its own next to the client's would otherwise pick whose identity counts)."""
+    pairs_in = headers.items() if isinstance(headers, Mapping) else headers
+    found: str | None = None
+    seen = 0
+    for name, value in pairs_in:
         if name.lower() == "authorization":
+            seen += 1
+            if seen > 1:
+                raise AuthError("duplicate Authorization")
             scheme, _, credentials = value.strip().partition(" ")
             if scheme.lower() == "bearer" and credentials.strip():
-                return credentials.strip()
+                found = credentials.strip()
+    if found is not None:
+        return found
     try:
         pairs = parse_qsl(query.removeprefix("?"), max_num_fields=64)
     except ValueError:  # more fields than any terminal sends: no token from there

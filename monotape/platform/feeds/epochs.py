@@ -1,12 +1,12 @@
 """Epochs of a venue's redundancy group, and the fence at which each takes effect.
 
-A version is ``(epoch, seq)`` (DESIGN: Ordering). ``seq`` comes from the venue's own per-symbol
+A version is ``(epoch, seq)`` (design: Ordering). ``seq`` comes from the venue's own per-symbol
 stream (its update id, else its timestamp), so the twins of a pair derive the same ``seq`` for the
 same venue update. The epoch belongs to the group (group name = venue), is persisted, and
 increments whenever a handler of the group starts.
 
 Why a fence, not "stamp the new epoch on everything from now on": a restarted handler lags its
-twin by 6-9 ms (DESIGN: Workload). If it stamped a higher epoch on everything it emits, its late
+twin by 6-9 ms (design: Workload). If it stamped a higher epoch on everything it emits, its late
 copy of an *older* venue update would outrank the twin's newer one: versions would increase while
 the price on screen moved backwards. So an epoch takes effect at a point of the venue's own
 stream: ``EpochRecord(epoch, fence_ts_ns)`` means "venue updates with ``venue_ts_ns >=
@@ -22,6 +22,11 @@ venue_ts_ns)``. Consequences:
   the restarted handler's numbers are the same numbers;
 - the epoch still guards against a venue whose update ids restart (after a handler restart): from
   the fence on, the restarted ids compare above everything of the previous epoch.
+
+The fence is for a handler restarting beside a live twin. A node that starts starts both
+handlers of every pair itself: nothing to race, so it bumps with ``fence_ts_ns = 0`` (clamped to
+the group's last fence, already past) and its epoch applies at once, above everything any earlier
+run on the same data dir issued (``FeedHandler.start(at_once=True)``; docs/ordering.md).
 
 Records are kept newest-last and trimmed to ``RETAINED_RECORDS``; 16 restarts within one fence
 window (250 ms) is far beyond anything a supervisor does, so trimming never changes a stamp.
@@ -161,7 +166,7 @@ _decoder = msgspec.json.Decoder(_EpochFile)
 
 
 class FileEpochStore:
-    """Epochs in ``<directory>/<group>.json`` (DESIGN: embedded persistence).
+    """Epochs in ``<directory>/<group>.json`` (design: embedded persistence).
 
     ``directory`` is the epochs directory: the node passes ``<data-dir>/epochs``. Each bump holds
     an exclusive ``flock`` on ``<group>.lock`` (so handler processes sharing the directory never

@@ -1,6 +1,6 @@
 """A redundant feed handler: hears one venue, normalizes its updates into versioned ticks.
 
-Two handlers per venue run active/active, drifting 6-9 ms apart (DESIGN: Workload). Each one
+Two handlers per venue run active/active, drifting 6-9 ms apart (design: Workload). Each one
 derives the version of an update only from the venue's own stream (``seq`` = update id, else the
 venue timestamp) and from the group's epoch records (``epoch_for``, see ``epochs``), so both
 stamp the same version on the same update and the sequencer's ``admit`` keeps exactly one copy.
@@ -8,6 +8,10 @@ stamp the same version on the same update and the sequencer's ``admit`` keeps ex
 The handler is a state machine with no I/O: ``on_venue`` feeds it what the venue published,
 ``drain_due`` asks for what its (simulated) network and decode delay has let through. The delay
 line is bounded (STYLE habit 7): an overflow drops the oldest updates and counts them.
+
+The handler is a door where ticks enter (``validate``): an update the wire cannot carry (a price
+outside int64, an id, size or timestamp outside its range, an instrument that is not this venue's)
+is refused there, counted in the node's ``TickGate`` and never reaches the sequencer.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from typing import Any, Protocol
 from monotape.clock import Clock
 from monotape.platform.feeds.epochs import RETAINED_RECORDS, EpochRecord, EpochStore
 from monotape.platform.feeds.simulator import VenueUpdate
+from monotape.platform.feeds.validate import Refusal, TickGate, tick_problem
 from monotape.platform.model import Tick
 
 __all__ = ["FeedHandler", "make_handler_pair"]
@@ -38,6 +43,7 @@ class FeedHandler:
         update_ids: bool,
         fence_ns: int = 250_000_000,
         max_pending: int = 200_000,
+        gate: TickGate | None = None,
     ) -> None:
         if lag_ns < 0 or fence_ns < 0 or max_pending < 1:
             raise ValueError("lag_ns and fence_ns must be >= 0, max_pending >= 1")
@@ -51,7 +57,15 @@ class FeedHandler:
         self.delivered = 0
         self.dropped = 0  # delay-line overflow (drop-oldest)
         self.malformed = 0  # an update without an id from a venue that has them
+        self.refused = 0  # updates refused at the door (malformed ones included)
         self.restarts = 0
+        self.gate = gate
+        self._where = f"handler {venue}/{name}"
+        # Updates older than one this handler already delivered for the same symbol: its own
+        # stream went backwards (a venue or handler fault; monotape_feed_backwards_total). Not
+        # the twins' normal race, which the sequencer counts as duplicates and regressions.
+        self.backwards = 0
+        self._newest: dict[int, tuple[int, int]] = {}  # iid -> newest version delivered
         self._epochs = epochs
         self._clock = clock
         self._records: list[EpochRecord] = []
@@ -72,10 +86,18 @@ class FeedHandler:
     def pending(self) -> int:
         return self._pending_count
 
-    def start(self) -> EpochRecord:
-        """(Re)start: bump the group's epoch with a fence on the venue's stream, then go live."""
+    def start(self, *, at_once: bool = False) -> EpochRecord:
+        """(Re)start: bump the group's epoch with a fence on the venue's stream, then go live.
+
+        ``at_once``: a cold start of the whole group (a node starting both handlers of a pair).
+        There is no live twin to race, so the new epoch takes effect at once: its fence is the
+        group's last one (already past), and every update from now on compares above anything
+        the group ever issued, whatever the venue's ids do. A fence in the future here is what
+        made a restarted node stamp the previous epoch for 250 ms (issue 10: 394 records below
+        what screens showed)."""
         self._drop_pending()
-        record = self._epochs.bump(self.venue, self._clock.wall_ns() + self.fence_ns)
+        fence = 0 if at_once else self._clock.wall_ns() + self.fence_ns
+        record = self._epochs.bump(self.venue, fence)
         self._records = self._epochs.records(self.venue)
         self.up = True
         self.restarts += 1
@@ -139,12 +161,40 @@ class FeedHandler:
         newest_fence = records[-1].fence_ts_ns if records else 0
         newest_epoch = records[-1].epoch if records else 0
         name = self.name
+        venue = self.venue
         update_ids = self.update_ids
+        gate = self.gate
+        venue_of = gate.venue_of if gate is not None else None
+        n_iids = len(venue_of) if venue_of is not None else 0x10000  # the wire's uint16 ids
+        newest = self._newest
+        backwards = 0
         while pending and pending[0][0] <= now:
             _, batch = pending.popleft()
             self._pending_count -= len(batch)
             for u in batch:
+                iid = u.iid
                 ts = u.venue_ts_ns
+                bid = u.bid
+                ask = u.ask
+                last = u.last
+                size = u.size
+                if update_ids:
+                    if u.update_id is None:
+                        self.malformed += 1
+                        self._refuse(u, Refusal.MISSING_UPDATE_ID, "no update id")
+                        continue
+                    seq = u.update_id
+                else:
+                    seq = ts
+                # The door (``validate``): ``x >> 63`` is 0 iff 0 <= x < 2**63, and an OR is out
+                # of range iff a term is. A negative price (legal, rare) takes the careful path.
+                if (
+                    (bid | ask | last | ts) >> 63
+                    or (seq | size) >> 64
+                    or not 0 <= iid < n_iids
+                    or (venue_of is not None and venue_of[iid] != venue)
+                ) and not self._admissible(u, seq, now):
+                    continue
                 # Fast path: a live handler's updates are past the newest fence.
                 if ts >= newest_fence:
                     epoch = newest_epoch
@@ -154,18 +204,35 @@ class FeedHandler:
                         if r.fence_ts_ns <= ts:
                             epoch = r.epoch
                             break
-                if update_ids:
-                    if u.update_id is None:
-                        self.malformed += 1
-                        continue
-                    seq = u.update_id
+                version = (epoch, seq)
+                held = newest.get(iid)
+                if held is not None and version < held:
+                    backwards += 1  # delivered all the same: the sequencer refuses it
                 else:
-                    seq = ts
-                out.append(
-                    Tick(u.iid, u.venue, epoch, seq, ts, u.bid, u.ask, u.last, u.size, name, now)
-                )
+                    newest[iid] = version
+                out.append(Tick(iid, venue, epoch, seq, ts, bid, ask, last, size, name, now))
         self.delivered += len(out)
+        self.backwards += backwards
         return out
+
+    def _admissible(self, u: VenueUpdate, seq: int, now: int) -> bool:
+        """The careful look at an update the fast test did not pass: refuse it (counted, and
+        logged now and then) unless it is fine after all (a negative price)."""
+        venue_of: tuple[str | None, ...] = (
+            self.gate.venue_of if self.gate is not None else (self.venue,) * 0x10000
+        )
+        probe = Tick(u.iid, self.venue, 0, seq, u.venue_ts_ns, u.bid, u.ask, u.last, u.size,
+                     self.name, now)  # fmt: skip
+        problem = tick_problem(probe, venue_of)
+        if problem is None:
+            return True
+        self._refuse(u, *problem)
+        return False
+
+    def _refuse(self, u: VenueUpdate, reason: Refusal, detail: str) -> None:
+        self.refused += 1
+        if self.gate is not None:
+            self.gate.refuse(self.venue, reason, self._where, f"iid {u.iid}: {detail}")
 
 
 class _Uniform(Protocol):

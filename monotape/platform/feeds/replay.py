@@ -2,13 +2,22 @@
 
 Users replay recorded data; tests inject exact adversarial sequences (duplicates from both
 handlers, late copies, stale epochs, restarts). Each line is one tick *as a handler delivered
-it*, so the file bypasses the feed handlers and feeds the sequencer directly. Parsing is strict
-(STYLE habit 6): every error is a ``ReplayError`` naming the file, the line number and the field.
+it*, so the file bypasses the feed handlers and feeds the sequencer directly.
+
+Two kinds of trouble, two answers. A malformed file (not UTF-8, not JSON, a wrong type, a key
+outside the one key grammar, a ``t_ms`` that is not an offset of at most a week) is refused whole:
+a ``ReplayError`` whose ``str()`` is one line naming the file, the line number and the field. A
+well-formed line whose values the wire cannot carry (a price that overflows int64 once scaled,
+an id, epoch, size or timestamp out of range) is the replay's door for poison ticks: that tick is
+left out (``Refused``), and the node counts it in ``monotape_ticks_rejected_total`` and logs it
+with its line, then replays the rest.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import math
+import re
+from collections.abc import Iterable, Iterator
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Annotated
@@ -17,40 +26,64 @@ import msgspec
 
 from monotape.clock import Clock
 from monotape.platform.admit import DUPLICATE, REGRESSION, admit
-from monotape.platform.model import Instrument, Tick, Version
+from monotape.platform.feeds.validate import Refusal, tick_problem
+from monotape.platform.model import Instrument, Tick, Version, key_problem
 
-__all__ = ["ReplayAdapter", "ReplayError", "ReplayLine", "expected_outcome", "load_replay"]
+__all__ = [
+    "LONG_GAP_MS",
+    "MAX_T_MS",
+    "Refused",
+    "ReplayAdapter",
+    "ReplayError",
+    "ReplayLine",
+    "expected_outcome",
+    "load_replay",
+]
 
 _MAX_INSTRUMENTS = 65_536  # the wire dictionary's ids are uint16
 _MAX_DECIMALS = 9
 _DECIMAL = r"^-?[0-9]{1,15}(\.[0-9]{1,9})?$"
-_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.\-/]{0,31}$"
+# t_ms is an offset from the start of the replay, not a date: a file that spans more than a week
+# at speed 1 is almost surely absolute timestamps (1.7e12 ms would wait 55 years, silently).
+MAX_T_MS = 7 * 24 * 3600 * 1000
+LONG_GAP_MS = 60_000  # a pause this long between two lines is logged at start, not sat through
+_AT_FIELD = re.compile(r"^(.*) - at `\$\.?(.*)`$")
 
 Price = Annotated[str, msgspec.Meta(pattern=_DECIMAL)]
-Name = Annotated[str, msgspec.Meta(pattern=_NAME)]
-NonNeg = Annotated[int, msgspec.Meta(ge=0)]
+Text = Annotated[str, msgspec.Meta(max_length=64)]  # the key grammar is checked after decoding
 
 
 class ReplayError(ValueError):
-    """A replay file is wrong; the message names the file, the line and the field."""
+    """A replay file is wrong. ``str()`` is one line naming the file, the line number and the
+    field (``monotape run --replay`` prints it and exits 2)."""
+
+
+class Refused(msgspec.Struct, frozen=True):
+    """A well-formed line whose tick the pipeline cannot carry: skipped, counted, logged."""
+
+    lineno: int
+    venue: str
+    reason: Refusal
+    detail: str
 
 
 class _Record(msgspec.Struct, forbid_unknown_fields=True):
-    t_ms: Annotated[float, msgspec.Meta(ge=0)]
-    venue: Name
-    symbol: Name
-    venue_ts_ns: Annotated[int, msgspec.Meta(gt=0)]
+    t_ms: float
+    venue: Text
+    symbol: Text
+    venue_ts_ns: int
     bid: Price
     ask: Price
     last: Price
-    size: NonNeg
-    update_id: NonNeg | None = None
-    epoch: NonNeg = 0
+    size: int
+    # Plain ints: a value out of the wire's range refuses that tick (``Refused``), not the file.
+    update_id: int | None = None
+    epoch: int = 0
     handler: Annotated[str, msgspec.Meta(max_length=32)] = ""
 
 
 class _Declared(msgspec.Struct, forbid_unknown_fields=True):
-    key: Annotated[str, msgspec.Meta(pattern=r"^[^:]+:[^:]+$")]
+    key: Text
     decimals: Annotated[int, msgspec.Meta(ge=0, le=_MAX_DECIMALS)]
     tick_size: Price
 
@@ -68,6 +101,15 @@ class ReplayLine(msgspec.Struct, gc=False):
 
 
 _record_decoder = msgspec.json.Decoder(_Record)
+
+
+def _error(where: str, exc: Exception) -> ReplayError:
+    """msgspec's "Expected `int`, got `str` - at `$.size`" as "field `size`: Expected ..."."""
+    text = " ".join(str(exc).split())  # one line, whatever the cause said
+    found = _AT_FIELD.match(text)
+    if found and found.group(2):
+        return ReplayError(f"{where}: field `{found.group(2)}`: {found.group(1)}")
+    return ReplayError(f"{where}: {text}")
 
 
 def _decimals(text: str) -> int:
@@ -88,10 +130,14 @@ def _parse_header(obj: object, where: str) -> dict[str, tuple[int, int]]:
     try:
         header = msgspec.convert(obj, _Header)
     except msgspec.ValidationError as exc:
-        raise ReplayError(f"{where}: {exc}") from exc
+        raise _error(where, exc) from exc
     declared: dict[str, tuple[int, int]] = {}
     for i, inst in enumerate(header.instruments):
         field = f"{where}: field `instruments[{i}]"
+        problem = key_problem(inst.key)
+        if problem is not None:
+            # One grammar with the subscribe request: a key the replay accepts can be watched.
+            raise ReplayError(f"{field}.key`: {inst.key!r} cannot be subscribed: {problem}")
         if inst.key in declared:
             raise ReplayError(f"{field}.key`: duplicate key {inst.key!r}")
         tick = _scaled(inst.tick_size, inst.decimals, f"{field}.tick_size`")
@@ -101,16 +147,61 @@ def _parse_header(obj: object, where: str) -> dict[str, tuple[int, int]]:
     return declared
 
 
-def load_replay(path: str | Path) -> tuple[list[Instrument], list[ReplayLine]]:
-    """Parse a replay file: the instrument dictionary and every tick line, in file order."""
-    path = Path(path)
+def _key_error(venue: str, symbol: str, where: str) -> ReplayError | None:
+    """The key grammar (``model.key_problem``), reported against the field that breaks it."""
+    if key_problem(f"{venue}:{symbol}") is None:
+        return None
+    venue_problem = key_problem(f"{venue}:X") if ":" not in venue else "no ':' in a venue"
+    if venue_problem is not None:
+        why = "the venue is 1-16 of A-Z 0-9 _ . - (upper case)"
+        return ReplayError(f"{where}: field `venue`: {venue!r} cannot be subscribed: {why}")
+    why = "the symbol is 1-40 of A-Z a-z 0-9 _ . / -"
+    return ReplayError(f"{where}: field `symbol`: {symbol!r} cannot be subscribed: {why}")
+
+
+def _text_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """(line number, text) of every line. Lines end at LF only: a raw U+2028 or U+2029 inside a
+    JSON string is valid NDJSON (``str.splitlines`` would cut the line there). Invalid UTF-8 is
+    reported by line and column, not by byte offset in the file."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ReplayError(f"{path}: cannot read: {exc}") from exc
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ReplayError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    for lineno, raw in enumerate(data.split(b"\n"), start=1):
+        try:
+            yield lineno, raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            column = len(raw[: exc.start].decode("utf-8", "replace")) + 1
+            raise ReplayError(
+                f"{path} line {lineno}: invalid UTF-8 at column {column} (a replay file is UTF-8)"
+            ) from exc
+
+
+def _t_ms_error(t_ms: float, where: str) -> ReplayError | None:
+    if not math.isfinite(t_ms) or t_ms < 0:
+        return ReplayError(f"{where}: field `t_ms`: {t_ms!r} is not a number of ms >= 0")
+    if t_ms > MAX_T_MS:
+        days = t_ms / 86_400_000
+        span = f"{days:,.0f}" if days < 1e9 else f"{days:.3g}"
+        return ReplayError(
+            f"{where}: field `t_ms`: {t_ms:g} ms is {span} days after the start; t_ms counts "
+            f"ms from the start of the replay (at most {MAX_T_MS // 86_400_000} days), not a date"
+        )
+    return None
+
+
+def load_replay(
+    path: str | Path, *, refused: list[Refused] | None = None
+) -> tuple[list[Instrument], list[ReplayLine]]:
+    """Parse a replay file: the instrument dictionary and every tick line, in file order.
+
+    A malformed file raises ``ReplayError``. A well-formed line whose values the wire cannot
+    carry (a price that overflows int64 once scaled, an id, epoch, size or timestamp out of
+    range) is left out and appended to ``refused`` (docs/replay.md, "What is refused")."""
+    path = Path(path)
     declared: dict[str, tuple[int, int]] | None = None
     records: list[tuple[int, _Record]] = []
-    for lineno, raw in enumerate(text.splitlines(), start=1):
+    for lineno, raw in _text_lines(path):
         line = raw.strip()
         if not line or line.startswith("#"):
             continue
@@ -119,15 +210,24 @@ def load_replay(path: str | Path) -> tuple[list[Instrument], list[ReplayLine]]:
             try:
                 obj = msgspec.json.decode(line)
             except msgspec.DecodeError as exc:
-                raise ReplayError(f"{where}: {exc}") from exc
+                raise _error(where, exc) from exc
             declared = _parse_header(obj, where)
             continue
         try:
-            records.append((lineno, _record_decoder.decode(line)))
+            rec = _record_decoder.decode(line)
         except msgspec.DecodeError as exc:  # ValidationError included: it says "at `$.field`"
-            raise ReplayError(f"{where}: {exc}") from exc
+            raise _error(where, exc) from exc
+        problem = _t_ms_error(rec.t_ms, where) or _key_error(rec.venue, rec.symbol, where)
+        if problem is not None:
+            raise problem
+        records.append((lineno, rec))
+    if not records:
+        what = "only an instrument header" if declared is not None else "no tick lines"
+        raise ReplayError(f"{path}: nothing to replay: the file has {what} (docs/replay.md)")
     universe, iid_of = _dictionary(path, declared, records)
+    venue_of = [inst.venue for inst in universe]
     lines: list[ReplayLine] = []
+    left_out: list[Refused] = []
     ids_by_venue: dict[str, bool] = {}
     prev_t = 0
     for lineno, rec in records:
@@ -136,7 +236,7 @@ def load_replay(path: str | Path) -> tuple[list[Instrument], list[ReplayLine]]:
         has_id = rec.update_id is not None
         if ids_by_venue.setdefault(rec.venue, has_id) != has_id:
             # Mixing id-derived and timestamp-derived seqs in one venue would compare apples
-            # with nanoseconds (DESIGN: Ordering).
+            # with nanoseconds (the version rule, docs/ordering.md).
             raise ReplayError(f"{where}: field `update_id`: venue {rec.venue} mixes ids and null")
         t_ns = round(rec.t_ms * 1_000_000)
         if t_ns < prev_t:
@@ -154,7 +254,21 @@ def load_replay(path: str | Path) -> tuple[list[Instrument], list[ReplayLine]]:
             inst.iid, rec.venue, rec.epoch, seq, rec.venue_ts_ns, bid, ask, last, rec.size,
             rec.handler,
         )  # fmt: skip
+        found = tick_problem(tick, venue_of)
+        if found is None and rec.venue_ts_ns <= 0:
+            found = (Refusal.TIMESTAMP, f"venue_ts_ns {rec.venue_ts_ns} is not > 0")
+        if found is not None:
+            left_out.append(Refused(lineno, rec.venue, found[0], found[1]))
+            continue
         lines.append(ReplayLine(lineno, t_ns, tick))
+    if refused is not None:
+        refused.extend(left_out)
+    if not lines:
+        first = left_out[0]
+        raise ReplayError(
+            f"{path}: nothing to replay: every tick was refused "
+            f"(line {first.lineno}: {first.reason}: {first.detail})"
+        )
     return universe, lines
 
 
@@ -199,7 +313,17 @@ class ReplayAdapter:
             raise ValueError(f"speed must be > 0, got {speed}")
         if start_delay_ns < 0:
             raise ValueError(f"start_delay_ns must be >= 0, got {start_delay_ns}")
-        self.universe, self._lines = load_replay(path)
+        self.path = Path(path)
+        self.refused: list[Refused] = []  # lines left out: the node counts and logs them
+        self.universe, self._lines = load_replay(path, refused=self.refused)
+        # Pauses of a minute or more (the first line included): the node says so at start
+        # rather than sit through them silently.
+        self.long_gaps: list[tuple[int, float]] = []  # (line number, gap in ms at speed 1)
+        prev = 0
+        for line in self._lines:
+            if line.t_ns - prev >= LONG_GAP_MS * 1_000_000:
+                self.long_gaps.append((line.lineno, (line.t_ns - prev) / 1e6))
+            prev = line.t_ns
         self._clock = clock
         self._speed = speed
         self._start_ns = clock.now_ns() + start_delay_ns

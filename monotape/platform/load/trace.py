@@ -53,7 +53,7 @@ class SizeWeight(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     weight: Annotated[float, Meta(gt=0)]
 
 
-# Roughly the workload (DESIGN): desk lists of 10-40 symbols, a few scalpers on a handful.
+# Roughly the workload (docs/design.md): desk lists of 10-40 symbols, a few scalpers on a handful.
 DEFAULT_CARDINALITY: Final = (
     SizeWeight(3, 0.1),
     SizeWeight(10, 0.3),
@@ -73,7 +73,7 @@ class Trace(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tru
     cardinality: Annotated[list[SizeWeight], Meta(min_length=1)] = msgspec.field(
         default_factory=lambda: list(DEFAULT_CARDINALITY)
     )
-    abrupt_fraction: Share = 0.06  # DESIGN: about 6% of disconnects are abrupt (RST)
+    abrupt_fraction: Share = 0.06  # about 6% of disconnects are abrupt (RST)
 
     def __post_init__(self) -> None:
         if len(self.disconnects) != len(self.connects):

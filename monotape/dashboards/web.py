@@ -1,0 +1,101 @@
+"""The embedded dashboards on the admin server.
+
+``GET /dashboards`` is a static page (no data in it, so it needs no token): it asks for an
+admin token once, keeps it in the tab's ``sessionStorage`` (gone when the tab closes, never in
+a URL, a cookie or a log line) and sends it as a bearer header to the two data routes below,
+which sit behind the admin token like the rest of /admin. The page's scripts and uPlot
+(vendored, pinned: static/uplot/VERSION) are served from the package: it works offline.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from importlib import resources
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Mount
+from starlette.staticfiles import StaticFiles
+
+from .panels import DASHBOARDS, dashboard
+from .view import WINDOWS, dashboard_from, snapshot
+
+if TYPE_CHECKING:
+    from monotape.platform.node import Node
+
+__all__ = ["DASHBOARD_ENDPOINTS", "STATIC_DIR", "dashboard_handlers", "static_mount"]
+
+Handler = Callable[[Request], Awaitable[Response]]
+STATIC_DIR = resources.files("monotape.dashboards") / "static"
+
+# (method, path, summary, admin only), in the admin API's ENDPOINTS form.
+DASHBOARD_ENDPOINTS: list[tuple[str, str, str, bool]] = [
+    ("GET", "/dashboards", "The embedded dashboards (sign in with an admin token).", False),
+    ("GET", "/admin/dashboards", "The embedded dashboards: uid and title of each.", True),
+    (
+        "GET",
+        "/admin/dashboards/{uid}",
+        "One dashboard's panels, live, over ?window= (1m, 5m, 15m, 1h).",
+        True,
+    ),
+]
+
+
+def _json(body: Any, status: int = 200) -> Response:
+    return Response(msgspec.json.encode(body), status_code=status, media_type="application/json")
+
+
+def dashboard_handlers(node: Node) -> dict[str, Handler]:
+    async def page(request: Request) -> Response:
+        html = (STATIC_DIR / "index.html").read_bytes()
+        return Response(
+            html,
+            media_type="text/html; charset=utf-8",
+            headers={"Cache-Control": "no-store", "Referrer-Policy": "no-referrer"},
+        )
+
+    async def index(request: Request) -> Response:
+        return _json(
+            {
+                "dashboards": [
+                    {"uid": d.uid, "title": d.title, "description": d.description}
+                    for d in DASHBOARDS
+                ],
+                "windows": list(WINDOWS),
+            }
+        )
+
+    async def data(request: Request) -> Response:
+        uid = request.path_params["uid"]
+        try:
+            d = dashboard(uid)
+        except KeyError as exc:
+            return _json({"error": exc.args[0], "parameter": "uid"}, 404)
+        raw = request.query_params.get("window", "5m")
+        if raw not in WINDOWS:
+            return _json(
+                {"error": f"window: {raw[:40]!r} is not one of {', '.join(WINDOWS)}",
+                 "parameter": "window"},
+                400,
+            )  # fmt: skip
+        window_s = WINDOWS[raw]
+        # Copy the window on the loop (the sampler writes the ring there), do the arithmetic
+        # in a worker thread: tens of ms for a busy dashboard must not delay a frame.
+        snap = snapshot(node.dashboard_ring, window_s)
+        end_ms = node.clock.wall_ns() // 1_000_000
+        pauses = node.gc_monitor.pauses_between(end_ms - window_s * 1000 - 1000, end_ms + 1)
+        body = await run_in_threadpool(dashboard_from, d, snap, pauses, window_s)
+        return _json(body)
+
+    return {"/dashboards": page, "/admin/dashboards": index, "/admin/dashboards/{uid}": data}
+
+
+def static_mount() -> Mount:
+    return Mount(
+        "/dashboards/static",
+        app=StaticFiles(packages=[("monotape.dashboards", "static")]),
+        name="dashboards-static",
+    )

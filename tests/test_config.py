@@ -1,0 +1,59 @@
+"""The configuration loader: client variables kept apart, one line naming the field on error."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from monotape.config import CLIENT_ENV, ConfigError, load_config
+
+
+@pytest.mark.parametrize("name", sorted(CLIENT_ENV))
+def test_client_variables_are_not_configuration(name: str) -> None:
+    # MONOTAPE_TOKEN is a credential for the client commands, not a field of the node's config:
+    # before, every subcommand died with "unknown field 'token'".
+    cfg = load_config(None, {name: "eyJhbGciOiJFUzI1NiJ9.e30.sig", "MONOTAPE_DATA_DIR": "/x"})
+    assert cfg.data_dir == "/x"
+
+
+def test_an_unknown_variable_names_itself() -> None:
+    with pytest.raises(ConfigError) as err:
+        load_config(None, {"MONOTAPE_SERVER__WS_PROT": "9000"})
+    assert err.value.path == "server.ws_prot"
+    assert "MONOTAPE_SERVER__WS_PROT" in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("level", ["debug", "INFO", "Warning", " error "])
+def test_log_level_any_case(level: str) -> None:
+    assert load_config(None, {"MONOTAPE_LOG_LEVEL": level}).log_level == level.strip().lower()
+
+
+def test_an_invalid_log_level_is_refused_naming_the_variable() -> None:
+    with pytest.raises(ConfigError) as err:
+        load_config(None, {"MONOTAPE_LOG_LEVEL": "loud"})
+    text = str(err.value)
+    assert err.value.path == "log_level"
+    assert "MONOTAPE_LOG_LEVEL" in text and "debug, info, warning, error" in text
+
+
+@given(st.integers().filter(lambda p: not 0 <= p <= 65_535))
+def test_a_port_outside_0_to_65535_is_refused(port: int) -> None:
+    with pytest.raises(ConfigError) as err:
+        load_config(None, {"MONOTAPE_SERVER__WS_PORT": str(port)})
+    assert err.value.path == "server.ws_port"
+    with pytest.raises(ConfigError) as err:
+        load_config(overrides={"server.admin_port": port})
+    assert err.value.path == "server.admin_port"
+
+
+@given(st.integers(min_value=0, max_value=65_535))
+def test_every_port_0_to_65535_is_taken(port: int) -> None:
+    assert load_config(overrides={"server.ws_port": port}).server.ws_port == port
+
+
+@pytest.mark.parametrize("rate", ["-5", "0", "nan"])
+def test_a_rate_that_is_not_positive_is_refused(rate: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        load_config(None, {"MONOTAPE_SIMULATOR__RATE": rate})
+    assert err.value.path == "simulator.rate"
