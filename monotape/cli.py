@@ -27,6 +27,7 @@ from monotape.clientside import (
     admin_url,
     check_data_dir,
     client_token,
+    connect_failure,
     terminal_url,
 )
 from monotape.config import Config, ConfigError, load_config
@@ -168,11 +169,10 @@ def cmd_tape(args: argparse.Namespace) -> int:
 
     cfg = _config(args, {})
     url = terminal_url(args.url, cfg)
-    given = args.token or os.environ.get("MONOTAPE_TOKEN")
-    token = client_token(args.token, cfg, sub="monotape-tape")
+    token, minted = client_token(args.token, cfg, sub="monotape-tape")
     with contextlib.suppress(KeyboardInterrupt):
         return _runner(
-            run_tape(url, token, args.keys, args.priority or [], args.count, cfg, minted=not given)
+            run_tape(url, token, args.keys, args.priority or [], args.count, cfg, minted=minted)
         )
     return 0
 
@@ -221,7 +221,7 @@ def cmd_load_churn(args: argparse.Namespace) -> int:
 
     cfg = _config(args, {})
     url = terminal_url(args.url, cfg)
-    token = client_token(args.token, cfg, sub="monotape-churn")
+    token, minted = client_token(args.token, cfg, sub="monotape-churn")
     knobs = {
         f: getattr(args, f)
         for f in ChurnConfig.__struct_fields__
@@ -234,8 +234,10 @@ def cmd_load_churn(args: argparse.Namespace) -> int:
         return 2
     try:
         report = _runner(run_churn(url, churn, print_progress, token=token))
-    except (ChurnRefused, ChurnFailed) as exc:
-        print(f"\nmonotape load churn: {exc}", file=sys.stderr)
+    except ChurnFailed as exc:  # refused, or nothing listening: the reason and what to do
+        raise connect_failure(url, exc.failure, cfg, minted) from None
+    except ChurnRefused as exc:
+        print(f"monotape load churn: {exc}", file=sys.stderr)
         return 2
     sys.stderr.write("\n")
     sys.stdout.write(msgspec.json.format(msgspec.json.encode(report)).decode() + "\n")
@@ -288,10 +290,12 @@ def cmd_load_replay(args: argparse.Namespace) -> int:
         run_load,
         storm_trace,
     )
+    from monotape.platform.load.harness import LoadFailed
 
     cfg = _config(args, {})
-    url = terminal_url(args.url, cfg)
-    token = client_token(args.token, cfg, sub="monotape-load")
+    bare = terminal_url(args.url, cfg)
+    token, minted = client_token(args.token, cfg, sub="monotape-load")
+    url = bare
     if token:  # the workers dial this URL; every report and message strips the query
         url += ("&" if "?" in url else "?") + "token=" + quote(token)
     name = f"monotape load {args.load_command}"
@@ -315,6 +319,8 @@ def cmd_load_replay(args: argparse.Namespace) -> int:
     try:
         report = run_load(url, trace, load)
         contrast = run_load(url, poisson_like(trace, load.seed), load) if args.poisson else None
+    except LoadFailed as exc:  # refused, or nothing listening: the reason and what to do
+        raise connect_failure(bare, exc.failure, cfg, minted) from None
     except LoadRefused as exc:
         print(f"{name}: {exc}", file=sys.stderr)
         return 2

@@ -16,17 +16,21 @@ import os
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Final
+from typing import Final, NamedTuple
 from urllib.parse import urlsplit, urlunsplit
+
+from websockets.exceptions import InvalidHandshake, InvalidStatus, InvalidURI
 
 from monotape.config import Config
 from monotape.platform.endpoints import Endpoints, connect_host, read_endpoints
 
 __all__ = [
     "ClientError",
+    "Credential",
     "admin_url",
     "check_data_dir",
     "client_token",
+    "connect_failure",
     "dev_key_path",
     "explain_refusal",
     "redact",
@@ -106,6 +110,13 @@ def dev_key_path(cfg: Config) -> Path:
     return Path(cfg.data_dir) / "keys" / _DEV_PRIVATE
 
 
+class Credential(NamedTuple):
+    """The token a client command presents, and where it came from."""
+
+    token: str | None  # None: auth is off, or the node verifies keys this side cannot mint with
+    minted: bool  # from the data dir's dev key: a 401 then means "not the node's data dir"
+
+
 def client_token(
     flag: str | None,
     cfg: Config,
@@ -114,16 +125,16 @@ def client_token(
     sub: str,
     admin: bool = False,
     ttl_s: float = 8 * 3600,
-) -> str | None:
+) -> Credential:
     """The token to present: ``--token``, ``MONOTAPE_TOKEN`` (``MONOTAPE_ADMIN_TOKEN`` for the
-    admin API), else minted from the data dir's dev key. None when auth is off or the node
+    admin API), else minted from the data dir's dev key. No token when auth is off or the node
     verifies other keys (nothing here could mint a token it accepts)."""
     env = os.environ if env is None else env
     given = flag or env.get(ADMIN_TOKEN_ENV if admin else TOKEN_ENV)
     if given:
-        return given.strip()
+        return Credential(given.strip(), minted=False)
     if not cfg.auth.enabled or cfg.auth.public_key_file or cfg.auth.jwks_file:
-        return None
+        return Credential(None, minted=False)
     key = dev_key_path(cfg)
     if not key.exists():
         raise ClientError(
@@ -134,9 +145,10 @@ def client_token(
         )
     from monotape.platform.auth import mint_token
 
-    return mint_token(
+    token = mint_token(
         key, sub=sub, ttl_s=ttl_s, admin=admin, aud=cfg.auth.audience, iss=cfg.auth.issuer
     )
+    return Credential(token, minted=True)
 
 
 def explain_refusal(
@@ -170,3 +182,26 @@ def explain_refusal(
             "them again after POST /admin/resume or a restart"
         )
     return f"the node refused the connection ({said})"
+
+
+def connect_failure(url: str, exc: BaseException, cfg: Config, minted: bool) -> ClientError:
+    """The one line for an upgrade that failed: a refusal with the node's reason and what to
+    do (``explain_refusal``), or nothing listening. ``url`` is shown without its query."""
+    if isinstance(exc, InvalidStatus):
+        r = exc.response
+        body = r.body.decode(errors="replace") if r.body else ""
+        return ClientError(
+            explain_refusal(r.status_code, body, r.headers.get("Retry-After"), cfg, minted)
+        )
+    if isinstance(exc, InvalidURI):
+        return ClientError(f"--url {redact(url)}: not a valid WebSocket URL")
+    if isinstance(exc, InvalidHandshake):
+        return ClientError(f"{redact(url)} did not answer as a monotape node: {exc}")
+    # The errno's own words: asyncio's loop says "Connect call failed (addr)", uvloop's says
+    # "Connection refused"; the person needs the latter either way.
+    errno = getattr(exc, "errno", None)
+    why = (os.strerror(errno) if errno else None) or type(exc).__name__
+    return ClientError(
+        f"cannot connect to {redact(url)}: {why}; is monotape run running there? "
+        "(its banner prints the terminals URL; pass --url or the node's --data-dir)"
+    )

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import sys
 import urllib.error
 import urllib.request
@@ -83,10 +82,9 @@ def run_symbols(
     node = running_node(cfg)
     if url or node is not None:
         base = admin_url(url, cfg)
-        minted = not (token or _env_token())
-        tok = client_token(token, cfg, sub="monotape-symbols", admin=True, ttl_s=300)
+        cred = client_token(token, cfg, sub="monotape-symbols", admin=True, ttl_s=300)
         try:
-            body = _from_node(base, tok, pattern, cfg, minted)
+            body = _from_node(base, cred.token, pattern, cfg, cred.minted)
         except (urllib.error.URLError, OSError) as exc:
             why = getattr(exc, "reason", exc)
             raise ClientError(f"cannot reach the admin API at {redact(base)}: {why}") from None
@@ -114,7 +112,3 @@ def run_symbols(
         print("no symbol matches; try a shorter pattern, or none", file=sys.stderr)
         return 1
     return 0
-
-
-def _env_token() -> str | None:
-    return os.environ.get("MONOTAPE_ADMIN_TOKEN")

@@ -15,9 +15,9 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Final
 
-from websockets.exceptions import InvalidHandshake, InvalidStatus, InvalidURI
+from websockets.exceptions import InvalidHandshake, InvalidURI
 
-from monotape.clientside import ClientError, explain_refusal, redact
+from monotape.clientside import ClientError, connect_failure
 from monotape.config import Config
 from monotape.platform.codec import ErrorCode, Refusal
 
@@ -61,22 +61,8 @@ async def run_tape(
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
         await client.connect(additional_headers=headers)
-    except InvalidStatus as exc:
-        r = exc.response
-        body = r.body.decode(errors="replace") if r.body else ""
-        raise ClientError(
-            explain_refusal(r.status_code, body, r.headers.get("Retry-After"), cfg, minted)
-        ) from None
-    except InvalidURI:
-        raise ClientError(f"--url {redact(url)}: not a valid WebSocket URL") from None
-    except InvalidHandshake as exc:
-        raise ClientError(f"{redact(url)} did not answer as a monotape node: {exc}") from None
-    except (OSError, TimeoutError, ConnectionError) as exc:
-        why = getattr(exc, "strerror", None) or type(exc).__name__
-        raise ClientError(
-            f"cannot connect to {redact(url)}: {why}; is monotape run running there? "
-            "(its banner prints the terminals URL; pass --url or the node's --data-dir)"
-        ) from None
+    except (InvalidHandshake, InvalidURI, OSError, TimeoutError) as exc:
+        raise connect_failure(url, exc, cfg, minted) from None
     try:
         # The node answers key by key: refused keys are named with why, the others stream.
         try:

@@ -6,6 +6,7 @@ import asyncio
 import json
 import os
 import signal
+import struct
 import subprocess
 import time
 import urllib.request
@@ -21,6 +22,26 @@ from monotape.platform.auth import ensure_dev_keys, mint_token
 from monotape.platform.launch import launch
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def server_frames(data: bytes) -> list[tuple[int, bytes]]:
+    """(opcode, payload) of each complete unmasked server frame in ``data``."""
+    frames = []
+    i = 0
+    while i + 2 <= len(data):
+        opcode, n = data[i] & 0x0F, data[i + 1] & 0x7F
+        i += 2
+        if n == 126:
+            (n,) = struct.unpack_from("!H", data, i)
+            i += 2
+        elif n == 127:
+            (n,) = struct.unpack_from("!Q", data, i)
+            i += 8
+        if i + n > len(data):
+            break
+        frames.append((opcode, data[i : i + n]))
+        i += n
+    return frames
 
 
 async def until(predicate: Callable[[], object], what: str, timeout_s: float = 20.0) -> None:
@@ -97,8 +118,14 @@ class RunningServer:
         return self.proc.returncode
 
 
+# Shedding upgrades while the event loop runs late is a designed refusal (503 + Retry-After),
+# and a busy machine triggers it at any moment: tests start nodes without it unless they are
+# about it (they set it back explicitly). CI may share the box; a test must not fail for that.
+NO_LAG_SHEDDING = {"MONOTAPE_SERVER__ADMISSION_MAX_LAG_MS": "0"}
+
+
 def start_server(data_dir: Path, *args: str, env: dict[str, str] | None = None) -> RunningServer:
-    node = launch(data_dir, *args, env=env)
+    node = launch(data_dir, *args, env={**NO_LAG_SHEDDING, **(env or {})})
     return RunningServer(
         node.proc, node.ws_port, node.admin_port, data_dir, node.output, mint(data_dir)
     )
@@ -142,5 +169,6 @@ def node_config(data_dir: Path, overrides: dict[str, object] | None = None) -> C
         "server.ws_port": 0,
         "server.admin_port": 0,
         "auth.enabled": False,
+        "server.admission_max_lag_ms": 0,  # see NO_LAG_SHEDDING
     }
     return load_config(overrides={**base, **(overrides or {})})

@@ -10,7 +10,7 @@ import websockets
 from hypothesis import given
 from hypothesis import strategies as st
 
-from monotape.platform.admission import FailedUpgrades, TokenBucket
+from monotape.platform.admission import FailedUpgrades, TokenBucket, source_key
 from monotape.platform.node import Node
 from monotape.platform.sdk import TerminalClient
 from tests.conftest import mint, node_config
@@ -221,8 +221,9 @@ async def test_tokenless_upgrades_cost_no_admission_budget_and_an_address_is_cap
         assert int(throttled.headers["Retry-After"]) >= 1
         assert gate.failures.throttled == 1
         assert gate.bucket.admitted == 0 and gate.bucket.rejected == 0, "the bucket was charged"
-        # The throttled address is refused even with a good token; the cap is per address, and
-        # a terminal from another one gets in and is the first to charge the bucket.
+        # The throttled address is refused even with a good token it has not verified before
+        # (that would be work); the cap is per address, and a terminal from another one gets in
+        # and is the first to charge the bucket.
         token = mint(tmp_path)
         with pytest.raises(websockets.InvalidStatus) as refused:
             await websockets.connect(f"{url}?token={token}")
@@ -233,3 +234,88 @@ async def test_tokenless_upgrades_cost_no_admission_budget_and_an_address_is_cap
         await ws.close()
     finally:
         await node.stop()
+
+
+async def test_an_exhausted_address_still_admits_terminals_whose_token_is_cached(
+    tmp_path: Path,
+) -> None:
+    """Before: the 429 came before any token was looked at, so behind a NAT or a balancer a
+    few bad upgrades locked out every terminal sharing the address, valid tokens included.
+    Now a token the node has already verified (a cache hit, nothing to compute) gets in from
+    an exhausted address; a fresh, forged or missing one still gets 429."""
+    cfg = node_config(
+        tmp_path,
+        {
+            "simulator.rate": 500,
+            "auth.enabled": True,
+            "server.failed_upgrades_burst": 3,
+            "server.failed_upgrades_per_s": 0.01,  # no failure regained during the test
+        },
+    )
+    node = Node(cfg)
+    await node.start()
+    url = f"ws://127.0.0.1:{node.ws_port}/"
+    gate = node.server.gate
+    try:
+        known = mint(tmp_path, sub="desk-1")
+        ws = await websockets.connect(f"{url}?token={known}", max_size=2**23)  # now cached
+        await ws.close()
+
+        async def status(query: str) -> int:
+            try:
+                ws = await websockets.connect(url + query, max_size=2**23)
+            except websockets.InvalidStatus as exc:
+                return exc.response.status_code
+            await ws.close()
+            return 101
+
+        assert [await status("") for _ in range(4)] == [401, 401, 401, 429]
+        assert gate.failures.exhausted("127.0.0.1", node.clock.now_ns())
+        admitted = gate.bucket.admitted
+        signature = known.rsplit(".", 1)[1]
+        forged = known[: -len(signature)] + signature[::-1]
+        fresh = mint(tmp_path, sub="desk-2")
+        got = {
+            "known": await status(f"?token={known}"),
+            "fresh": await status(f"?token={fresh}"),
+            "forged": await status(f"?token={forged}"),
+            "none": await status(""),
+            "known again": await status(f"?token={known}"),
+        }
+        assert got == {"known": 101, "fresh": 429, "forged": 429, "none": 429, "known again": 101}
+        assert gate.bucket.admitted == admitted + 2, "a cached terminal still pays the budget"
+        assert gate.failures.throttled == 1 + 3
+        assert gate.verifier is not None and gate.verifier.cache_misses == 1, "no work spent"
+    finally:
+        await node.stop()
+
+
+def test_ipv6_sources_count_by_their_64_and_ipv4_by_the_address() -> None:
+    """Before: keyed by the full address, a host rotating through its /64 was never capped."""
+    f = FailedUpgrades(burst=3, per_s=0.001, max_addresses=100)
+    for i in range(3):
+        key = source_key(f"2001:db8:5:7::{i + 1:x}")
+        assert f.allowed(key, 0)
+        f.failed(key, 0)
+    assert not f.allowed(source_key("2001:db8:5:7:ffff:1:2:3"), 0), "same /64: same allowance"
+    assert f.allowed(source_key("2001:db8:5:8::1"), 0), "the next /64 is someone else"
+    assert len(f) == 1
+    assert source_key("192.0.2.1") != source_key("192.0.2.2")
+    assert source_key("::ffff:192.0.2.1") == "192.0.2.1", "a dual-stack socket's IPv4 peer"
+    assert source_key("?") == "?" and source_key("not:an:address") == "not:an:address"
+
+
+@given(
+    st.integers(1, 2**64 - 1), st.integers(0, 2**64 - 1), st.integers(0, 2**64 - 1),
+    st.integers(1, 2**64 - 1),
+)  # fmt: skip
+def test_two_ipv6_addresses_share_a_key_exactly_when_they_share_a_64(
+    prefix: int, a: int, b: int, other: int
+) -> None:
+    import ipaddress
+
+    def addr(high: int, low: int) -> str:
+        return str(ipaddress.IPv6Address(high << 64 | low))
+
+    assert source_key(addr(prefix, a)) == source_key(addr(prefix, b))
+    assert (source_key(addr(prefix, a)) == source_key(addr(other, b))) == (prefix == other)

@@ -651,3 +651,43 @@ def test_precheck_refuses_the_cheap_cases_without_the_pool(
 def test_precheck_lets_a_well_formed_token_through(verifier: TokenVerifier, es: Pair) -> None:
     verifier.precheck(es.raw({"sub": "a", "exp": 1}))  # shape only: no signature, no dates
     assert not verifier.refused
+
+
+def test_verify_takes_what_precheck_established_and_does_not_check_again(
+    verifier: TokenVerifier, es: Pair, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The gate prechecks every upgrade, then verifies it: the length check, the pattern and
+    the sha256 run once, and the fingerprint precheck computed is the cache's key."""
+    token = _mint(es, clock)
+    checked = verifier.precheck(token)
+    assert checked.token == token
+    assert checked.fingerprint == hashlib.sha256(token.encode()).digest()
+
+    def again(token: str | None) -> object:
+        raise AssertionError("verify re-ran the checks precheck had done")
+
+    monkeypatch.setattr(verifier, "_admit", again)
+    claims = asyncio.run(verifier.verify(checked))
+    assert claims.sub == "alice"
+    assert checked.fingerprint in verifier._cache
+    assert asyncio.run(verifier.verify(checked)) is claims  # the second one is a hit
+    assert (verifier.cache_hits, verifier.cache_misses) == (1, 1)
+
+
+def test_cached_answers_only_for_a_verified_unexpired_token_and_counts_no_refusal(
+    es: Pair, clock: FakeClock
+) -> None:
+    """What the gate asks for an address over its failure cap: never a thread, never a refusal
+    counted (that upgrade is answered 429, not 401), and never a token past exp + leeway."""
+    v = TokenVerifier(load_public_pem(es.public, "ES256"), clock=clock, leeway_s=5.0)
+    good = _mint(es, clock, ttl_s=60)
+    assert v.cached(good) is None, "not verified yet: a miss"
+    claims = v.verify_sync(good)
+    assert v.cached(good) is claims
+    forged = good[:-4] + ("AAAA" if not good.endswith("AAAA") else "BBBB")
+    for other in (forged, _mint(es, clock, sub="bob"), None, "", "a.b", "x" * 9000):
+        assert v.cached(other) is None, other
+    clock.advance(65 * 10**9)  # exp + leeway
+    assert v.cached(good) is None
+    assert not v.refused
+    assert v.cache_misses == 1

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 from pathlib import Path
 
 import pytest
+from websockets.exceptions import InvalidStatus
 
+from monotape.clientside import connect_failure
 from monotape.invariants import (
     InvariantMonitor,
     InvariantResult,
@@ -100,6 +103,9 @@ async def test_churn_leaves_a_clean_server_and_the_invariants_hold(tmp_path: Pat
     # A busy machine may make the node shed a few upgrades (503 + Retry-After, by design): those
     # sessions retry, and the ones still refused at their planned end gave up; none is an error.
     assert report.opened + report.gave_up == report.started, report
+    # Every upgrade tried ends opened, refused (503) or timed out; only a cancel cuts one short.
+    answered = report.opened + report.rejected + report.timeouts
+    assert answered <= report.attempts <= answered + report.cancelled, report
     assert report.errors == 0, report.error_samples
     assert report.closed + report.rst == report.opened, report
     assert report.rst >= 1 and report.closed >= 1, report
@@ -154,16 +160,37 @@ async def test_designed_503s_are_retried_after_retry_after_and_never_errors(
     assert report.errors == 0, report.error_samples
     assert report.opened > 5, report  # refused sessions came back and opened
     assert report.opened + report.gave_up == report.started, report
+    # Every upgrade tried ends opened, refused (503) or timed out; only a cancel cuts one short.
+    answered = report.opened + report.rejected + report.timeouts
+    assert answered <= report.attempts <= answered + report.cancelled, report
     assert node.server.gate.rejected["rate"] >= report.rejected
 
 
 async def test_a_refused_probe_is_one_line_with_the_reason(tmp_path: Path) -> None:
-    node = Node(node_config(tmp_path, {"auth.enabled": True}))
+    cfg = node_config(tmp_path, {"auth.enabled": True})
+    node = Node(cfg)
     await node.start()
+    url = f"ws://127.0.0.1:{node.ws_port}/"
     try:
         with pytest.raises(ChurnFailed) as err:
-            await run_churn(f"ws://127.0.0.1:{node.ws_port}/", ChurnConfig(duration_s=1))
+            await run_churn(url, ChurnConfig(duration_s=1))
     finally:
         await node.stop()
     assert "HTTP 401" in str(err.value) and "missing token" in str(err.value)
     assert "\n" not in str(err.value)
+    # The refusal itself travels with it, so the command line says what to do in tape's words:
+    # the node's reason, which data dir's key signed a minted token, and how to point elsewhere.
+    failure = err.value.failure
+    assert isinstance(failure, InvalidStatus) and failure.response.status_code == 401
+    line = str(connect_failure(url, failure, cfg, minted=True))
+    assert "missing token" in line and str(tmp_path) in line and "--data-dir" in line
+
+
+async def test_nothing_listening_is_a_churn_failed_carrying_the_refused_connect() -> None:
+    with socket.socket() as s:  # a port nothing listens on: bound, never listened
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        with pytest.raises(ChurnFailed) as err:
+            await run_churn(f"ws://127.0.0.1:{port}/?token=secret", ChurnConfig(duration_s=1))
+    assert isinstance(err.value.failure, ConnectionRefusedError)
+    assert "secret" not in str(err.value) and f"127.0.0.1:{port}/" in str(err.value)

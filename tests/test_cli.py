@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +18,14 @@ import pytest
 
 from monotape import log
 from monotape.cli import build_parser, main
-from monotape.clientside import ClientError, client_token, explain_refusal, redact, terminal_url
+from monotape.clientside import (
+    ClientError,
+    Credential,
+    client_token,
+    explain_refusal,
+    redact,
+    terminal_url,
+)
 from monotape.config import load_config
 from monotape.platform.endpoints import endpoints_for, read_endpoints, write_endpoints
 
@@ -163,18 +171,20 @@ def test_the_parser_lists_the_client_commands() -> None:
 # -- the client side, pure ---------------------------------------------------------------------
 def test_token_precedence_flag_then_env_then_minted(fresh_dir: Path) -> None:
     cfg = load_config(overrides={"data_dir": str(fresh_dir / "d")})
-    assert client_token("flag", cfg, {"MONOTAPE_TOKEN": "env"}, sub="t") == "flag"
-    assert client_token(None, cfg, {"MONOTAPE_TOKEN": "env"}, sub="t") == "env"
-    assert client_token(None, cfg, {"MONOTAPE_ADMIN_TOKEN": "adm"}, sub="t", admin=True) == "adm"
+    given = Credential("flag", minted=False)
+    assert client_token("flag", cfg, {"MONOTAPE_TOKEN": "env"}, sub="t") == given
+    assert client_token(None, cfg, {"MONOTAPE_TOKEN": "env"}, sub="t") == ("env", False)
+    adm = client_token(None, cfg, {"MONOTAPE_ADMIN_TOKEN": "adm"}, sub="t", admin=True)
+    assert adm == ("adm", False)
     with pytest.raises(ClientError, match="no dev key"):
         client_token(None, cfg, {}, sub="t")
     from monotape.platform.auth import ensure_dev_keys
 
     ensure_dev_keys(cfg.data_dir)
-    minted = client_token(None, cfg, {}, sub="t")
-    assert minted is not None and minted.startswith("eyJ")
+    token, minted = client_token(None, cfg, {}, sub="t")
+    assert minted and token is not None and token.startswith("eyJ")
     off = load_config(overrides={"data_dir": str(fresh_dir / "d"), "auth.enabled": False})
-    assert client_token(None, off, {}, sub="t") is None
+    assert client_token(None, off, {}, sub="t") == (None, False)
 
 
 def test_clients_follow_the_endpoints_of_the_node_on_their_data_dir(fresh_dir: Path) -> None:
@@ -216,3 +226,33 @@ def test_refusals_show_the_reason_and_what_to_do(
 
 def test_redact_strips_a_token_from_a_url() -> None:
     assert redact("ws://127.0.0.1:1/?token=eyJabc") == "ws://127.0.0.1:1/"
+
+
+TRACE = Path(__file__).parent / "traces" / "open_storm_small.json"
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("tape", "XNAS:AAPL"),
+        ("load", "churn", "--duration-s", "1"),
+        ("load", "storm", "--terminals", "4", "--duration", "3", "--open-at", "1"),
+        ("load", "replay", str(TRACE)),
+    ],
+    ids=["tape", "churn", "storm", "replay"],
+)
+def test_no_node_listening_is_one_line_naming_the_url(
+    command: tuple[str, ...], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # load storm / replay used to end in a ConnectionRefusedError traceback here.
+    with socket.socket() as s:  # bound and never listening: every connect is refused
+        s.bind(("127.0.0.1", 0))
+        url = f"ws://127.0.0.1:{s.getsockname()[1]}/"
+        code, out, err = cli(capsys, *command, "--url", url, "--token", "eyJsecret")
+    assert code == 2, err
+    line = one_line(err)
+    prog = " ".join(command[:2]) if command[0] == "load" else "tape"
+    assert line.startswith(f"monotape {prog}: ")
+    assert f"cannot connect to {url}: Connection refused" in line
+    assert "is monotape run running there?" in line and "--data-dir" in line
+    assert "eyJsecret" not in out + err

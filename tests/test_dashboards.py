@@ -9,11 +9,15 @@ steals the loop-lag maximum from a Prometheus scrape.
 from __future__ import annotations
 
 import ast
+import io
 import json
 import math
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 import pytest
@@ -21,8 +25,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
+from starlette.requests import Request
 
 from monotape import metric_names as m
+from monotape.clock import FakeClock
 from monotape.dashboards.evaluate import (
     evaluate,
     legend,
@@ -38,12 +44,23 @@ from monotape.dashboards.panels import (
     promql_expressions,
     sampled_names,
 )
-from monotape.dashboards.queries import Gauge, HistogramQuantile, Rate, Ratio, promql
-from monotape.dashboards.sampler import SampleRing, collect_samples
+from monotape.dashboards.queries import (
+    Gauge,
+    HistogramQuantile,
+    Rate,
+    Ratio,
+    promql,
+    sample_names,
+)
+from monotape.dashboards.sampler import HISTORY_S, MAX_SERIES, SampleRing, collect_samples
 from monotape.dashboards.view import MAX_POINTS, dashboard_data
+from monotape.dashboards.web import dashboard_handlers
 from monotape.histograms.gc import GcPause
 from monotape.histograms.plot import PAUSE_THRESHOLD_MS
+from monotape.log import set_stream
 from monotape.platform.looplag import LoopLagCollector, LoopLagMonitor
+from monotape.platform.node import Node
+from tests.conftest import node_config
 
 ROOT = Path(__file__).resolve().parent.parent
 GRAFANA_DIR = ROOT / "deploy" / "grafana" / "dashboards"
@@ -348,6 +365,76 @@ def test_ring_is_bounded_and_ordered() -> None:
     assert list(ring.window(8.5, 10)[0]) == [9.0, 10.0]
     with pytest.raises(ValueError):
         SampleRing({"a"}, capacity=1)
+
+
+@pytest.fixture
+def log() -> Iterator[io.StringIO]:
+    buf = io.StringIO()
+    set_stream(buf)
+    yield buf
+    set_stream(sys.stderr)
+
+
+def test_the_cap_is_sized_to_what_a_node_samples_and_its_overflow_is_named(
+    tmp_path: Path, log: io.StringIO
+) -> None:
+    node = Node(node_config(tmp_path))  # the default node: 6 venues, 2 handlers each
+    ring = node.dashboard_ring
+    ring.record(1.0, collect_samples(node.registry))
+    used = len(ring.window(0, 2)[1])
+    assert ring.max_series == MAX_SERIES and ring.dropped_series == 0
+    assert 100 < used <= MAX_SERIES // 2 + 64  # headroom for reasons, stages, venues that appear
+    assert MAX_SERIES * HISTORY_S * 8 < 20 * 2**20  # the ring's worst case stays ~15 MB
+
+    small = SampleRing({"a"}, capacity=4, max_series=1)
+    for t in range(3):
+        small.record(float(t), [("a", {"k": "1"}, 1.0), ("a", {"k": "2"}, 1.0)])
+    assert small.dropped_series == 3  # counted every scrape
+    capped = [json.loads(line) for line in log.getvalue().splitlines() if "capped" in line]
+    assert [c["event"] for c in capped] == ["dashboard_series_capped"]  # logged once
+
+
+def test_a_window_copies_only_the_series_it_is_asked_for() -> None:
+    ring = SampleRing({"a", "b", "c"}, capacity=8)
+    for t in range(4):
+        ring.record(float(t), [("a", {}, 1.0), ("b", {"x": "1"}, 2.0), ("c", {}, 3.0)])
+    _, series = ring.window(0, 10, {"b", "c"})
+    assert sorted(series) == [("b", (("x", "1"),)), ("c", ())]
+    assert len(ring.window(0, 10)[1]) == 3
+
+
+async def test_a_dashboard_request_copies_only_that_dashboards_series() -> None:
+    ring = SampleRing(sampled_names(), capacity=16)
+    for t in range(4):
+        ring.record(1_000.0 + t, [(n, {}, float(t)) for n in sorted(sampled_names())])
+    copied: list[set[str]] = []
+    window = ring.window
+
+    def spy(start: float, end: float, names: Any = None) -> Any:
+        out = window(start, end, names)
+        copied.append({key[0] for key in out[1]})
+        return out
+
+    ring.window = spy  # type: ignore[method-assign]
+    node = SimpleNamespace(
+        dashboard_ring=ring,
+        clock=FakeClock(),
+        gc_monitor=SimpleNamespace(pauses_between=lambda start, end: []),
+    )
+    data = dashboard_handlers(node)["/admin/dashboards/{uid}"]  # type: ignore[arg-type]
+    d = dashboard("monotape-fanout")
+    scope = {
+        "type": "http",
+        "method": "GET",
+        "path": f"/admin/dashboards/{d.uid}",
+        "query_string": b"window=1m",
+        "headers": [],
+        "path_params": {"uid": d.uid},
+    }
+    response = await data(Request(scope))
+    assert response.status_code == 200
+    drawn = {n for p in d.panels for t in p.targets for n in sample_names(t.query)}
+    assert copied == [drawn] and drawn < sampled_names()
 
 
 def test_sampling_leaves_the_scrapes_loop_lag_maximum_alone() -> None:

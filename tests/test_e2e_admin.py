@@ -177,9 +177,7 @@ async def test_the_admin_index_symbols_and_parameters(server_factory: type) -> N
 
 async def test_a_finished_drain_holds_until_resume(server_factory: type) -> None:
     # No load shedding: the only 503 this test may see is the drain's, even on a busy machine.
-    server = server_factory.start(
-        "--rate", "2000", env={"MONOTAPE_SERVER__ADMISSION_MAX_LAG_MS": "0"}
-    )
+    server = server_factory.start("--rate", "2000")
     admin = mint(server.data_dir, admin=True)
     client = TerminalClient(server.url)
     await client.connect()

@@ -27,14 +27,11 @@ import pytest
 
 from monotape.platform.auth import ensure_dev_keys
 from monotape.platform.sdk import TerminalClient
-from tests.conftest import RunningServer, mint, start_server
+from tests.conftest import NO_LAG_SHEDDING, RunningServer, mint, start_server
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 JWT = "eyJ"
-# These checks are about the CLI, not load shedding: a node on a busy shared machine would
-# otherwise answer some upgrades with a designed 503 ("overloaded") when its loop runs late.
-NO_SHEDDING = {"MONOTAPE_SERVER__ADMISSION_MAX_LAG_MS": "0"}
 
 
 def clean_env(**extra: str) -> dict[str, str]:
@@ -79,7 +76,7 @@ def http(
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     data = tmp_path_factory.mktemp("node") / "state"
-    server = start_server(data, "--rate", "3000", env=NO_SHEDDING)
+    server = start_server(data, "--rate", "3000")
     yield server
     server.stop()
 
@@ -167,13 +164,30 @@ def test_every_client_takes_the_token_the_same_way_and_never_prints_it(
         assert JWT not in text, text[-3000:]
 
 
+TINY_TRACE = Path(__file__).parent / "traces" / "open_storm_small.json"
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("tape", "XNAS:AAPL"),
+        ("load", "churn", "--duration-s", "1"),
+        ("load", "storm", "--terminals", "4", "--duration", "3", "--open-at", "1"),
+        ("load", "replay", str(TINY_TRACE)),
+    ],
+    ids=["tape", "churn", "storm", "replay"],
+)
 def test_a_key_from_another_data_dir_is_refused_with_the_reason(
-    node: RunningServer, elsewhere: Path
+    command: tuple[str, ...], node: RunningServer, elsewhere: Path
 ) -> None:
+    # load storm / replay used to end in an InvalidStatus traceback; churn gave the reason but
+    # not which key. Every client now says it in the same words.
     ensure_dev_keys(elsewhere / ".monotape")  # a data dir of its own, with a key no node knows
-    out = monotape("tape", "--url", node.bare_url, "XNAS:AAPL", cwd=elsewhere)
-    assert out.returncode == 2
+    out = monotape(*command, "--url", node.bare_url, cwd=elsewhere)
+    assert out.returncode == 2, out.stderr[-2000:]
     line = last_line(out.stderr)
+    prog = " ".join(command[:2]) if command[0] == "load" else "tape"
+    assert line.startswith(f"monotape {prog}: the node refused the token"), line
     assert "HTTP 401" in line and "bad signature" in line  # the node's reason
     assert str(elsewhere / ".monotape") in line and "--data-dir" in line  # which key, and how
     assert JWT not in out.stdout + out.stderr
@@ -295,7 +309,7 @@ def test_a_malformed_replay_is_one_line(elsewhere: Path) -> None:
 def test_ctrl_c_says_what_the_drain_does_and_a_second_one_stops_at_once(tmp_path: Path) -> None:
     # 24 terminals, one closed every 2 s: a drain of ~46 s unless hurried.
     env = {
-        **NO_SHEDDING,
+        **NO_LAG_SHEDDING,  # a node started here, not through start_server
         "MONOTAPE_SERVER__DRAIN_INTERVAL_S": "2",
         "MONOTAPE_SERVER__DRAIN_FRACTION": "0.04",
     }

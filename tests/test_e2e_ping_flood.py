@@ -24,7 +24,7 @@ import pytest
 from monotape import metric_names as m
 from monotape.platform.node import Node
 from monotape.platform.sdk import TerminalClient
-from tests.conftest import node_config, until
+from tests.conftest import node_config, server_frames, until
 
 pytestmark = [pytest.mark.e2e]
 
@@ -61,26 +61,6 @@ def _ping(payload: bytes) -> bytes:
     return bytes((0x89, 0x80 | len(payload))) + mask + masked
 
 
-def _server_frames(data: bytes) -> list[tuple[int, bytes]]:
-    """(opcode, payload) of each complete unmasked server frame in ``data``."""
-    frames = []
-    i = 0
-    while i + 2 <= len(data):
-        opcode, n = data[i] & 0x0F, data[i + 1] & 0x7F
-        i += 2
-        if n == 126:
-            (n,) = struct.unpack_from("!H", data, i)
-            i += 2
-        elif n == 127:
-            (n,) = struct.unpack_from("!Q", data, i)
-            i += 8
-        if i + n > len(data):
-            break
-        frames.append((opcode, data[i : i + n]))
-        i += n
-    return frames
-
-
 def _read_all(sock: socket.socket, timeout_s: float) -> bytes:
     sock.settimeout(timeout_s)
     out = bytearray()
@@ -115,7 +95,7 @@ async def test_a_ping_burst_over_budget_gets_its_pongs_then_close_1008_with_a_re
         await asyncio.to_thread(sock.sendall, b"".join(_ping(b"%03d" % i) for i in range(200)))
         data = await asyncio.to_thread(_read_all, sock, 3.0)
         sock.close()
-        frames = _server_frames(data)
+        frames = server_frames(data)
         pongs = [p for op, p in frames if op == 0xA]
         assert pongs == [b"%03d" % i for i in range(20)], "the pongs within the budget, no more"
         closes = [p for op, p in frames if op == 0x8]
@@ -139,7 +119,6 @@ async def test_pings_within_budget_are_answered_and_the_terminal_stays(tmp_path:
         {
             "simulator.rate": 500,
             "server.control_frames_burst": 20,
-            "server.admission_max_lag_ms": 0,
         },
     )
     node = Node(cfg)
@@ -148,7 +127,7 @@ async def test_pings_within_budget_are_answered_and_the_terminal_stays(tmp_path:
         sock = await asyncio.to_thread(_upgrade, node.ws_port)
         await asyncio.to_thread(sock.sendall, b"".join(_ping(b"p") for _ in range(15)))
         data = await asyncio.to_thread(_read_all, sock, 1.0)
-        assert sum(1 for op, _ in _server_frames(data) if op == 0xA) == 15
+        assert sum(1 for op, _ in server_frames(data) if op == 0xA) == 15
         # websockets answers pings from the moment of the upgrade; the server registers the
         # terminal a moment later (later still on a busy machine)
         await until(lambda: len(node.server.connections) == 1, "the terminal is registered")
@@ -170,7 +149,6 @@ async def test_bytes_queued_for_a_terminal_are_bounded_pongs_included(tmp_path: 
             "server.max_queued_bytes": 256 * 1024,
             "server.so_sndbuf": 4096,
             "server.keepalive_interval_s": 0,
-            "server.admission_max_lag_ms": 0,
         },
     )
     node = Node(cfg)
@@ -233,9 +211,7 @@ async def test_a_ping_flood_is_cut_off_and_bystanders_keep_their_frames_and_rss_
 ) -> None:
     # Load shedding on event-loop lag is a designed refusal, not the subject: off, so the
     # bystanders' connects do not depend on how busy this machine is.
-    server = server_factory.start(
-        "--rate", "8000", env={"MONOTAPE_SERVER__ADMISSION_MAX_LAG_MS": "0"}
-    )
+    server = server_factory.start("--rate", "8000")
     proc = psutil.Process(server.proc.pid)
     probe = TerminalClient(server.url)
     hello = await probe.connect()

@@ -38,11 +38,8 @@ class Recorder:
 
 
 async def test_two_hundred_terminals_never_see_a_price_move_backwards(server_factory: type) -> None:
-    # No load shedding: 200 terminals connecting in batches on a busy 2-core machine would
-    # otherwise meet designed 503s ("overloaded"); this test is about ordering, not admission.
-    server = server_factory.start(
-        "--rate", "6000", "--restart-every", "4", env={"MONOTAPE_SERVER__ADMISSION_MAX_LAG_MS": "0"}
-    )
+    # (no load shedding in test nodes: conftest.NO_LAG_SHEDDING; this is about ordering)
+    server = server_factory.start("--rate", "6000", "--restart-every", "4")
     probe = TerminalClient(server.url)
     hello = await probe.connect()
     await probe.close()

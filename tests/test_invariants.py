@@ -26,6 +26,7 @@ from monotape.invariants import (
 )
 from monotape.log import set_stream
 from monotape.platform.fanout import SubscriptionIndex
+from tests.conftest import until
 
 
 class Registry:
@@ -238,6 +239,48 @@ def test_a_check_that_raises_is_a_failed_result_not_a_dead_monitor(log: io.Strin
     (result,) = monitor.run_once()
     assert (result.ok, result.actual) == (False, -1)
     assert "boom" in result.offending[0]
+
+
+def test_a_check_that_raises_is_told_and_the_others_still_run() -> None:
+    class Broken:
+        name = "broken"
+
+        def check(self) -> InvariantResult:
+            raise RuntimeError("boom")
+
+    reg = Registry()
+    told: list[tuple[str, str]] = []
+    monitor = InvariantMonitor(
+        [Broken(), NoDanglingEntries(reg.index, lambda: reg.live)],
+        clock=FakeClock(),
+        on_failure=lambda name, exc: told.append((name, str(exc))),
+    )
+    broken, dangling = monitor.run_once()
+    assert told == [("broken", "boom")]
+    assert not broken.ok and dangling.ok
+    monitor.run_once()
+    assert len(told) == 2  # every time it raises, not only on the transition
+
+
+async def test_run_forever_survives_a_pass_that_raises_outside_any_check() -> None:
+    class Bogus:
+        name = "bogus"
+
+        def check(self) -> InvariantResult:
+            return None  # type: ignore[return-value]  # not a result: the pass itself breaks
+
+    told: list[str] = []
+    monitor = InvariantMonitor(
+        [Bogus()], interval_s=0.01, on_failure=lambda name, exc: told.append(name)
+    )
+    task = asyncio.create_task(monitor.run_forever())
+    try:
+        await until(lambda: len(told) >= 3 or task.done(), "three passes")
+        assert not task.done(), "the loop died"
+        assert told[:3] == ["*", "*", "*"]
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
 
 
 def test_results_carry_times_from_the_injected_clock() -> None:

@@ -12,11 +12,10 @@ from websockets.asyncio.client import connect
 
 from monotape.platform import codec
 from monotape.platform.node import Node
-from tests.conftest import node_config
+from tests.conftest import node_config, server_frames
 
 # Load shedding (503 while the event loop runs late) is not what these tests are about, and a
 # busy machine makes a freshly started node's loop late: off, so no test depends on quiet cores.
-QUIET = {"server.admission_max_lag_ms": 0}
 
 
 async def _silent_terminal(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
@@ -39,7 +38,7 @@ async def test_a_terminal_that_never_answers_is_torn_down_and_one_that_does_stay
     tmp_path: Path,
 ) -> None:
     cfg = node_config(
-        tmp_path, {**QUIET, "server.keepalive_interval_s": 1.0, "server.keepalive_timeout_s": 1.0}
+        tmp_path, {"server.keepalive_interval_s": 1.0, "server.keepalive_timeout_s": 1.0}
     )
     node = Node(cfg)
     await node.start()
@@ -65,7 +64,7 @@ async def test_a_terminal_that_never_answers_is_torn_down_and_one_that_does_stay
 
 
 async def test_keepalive_off_leaves_a_silent_terminal_alone(tmp_path: Path) -> None:
-    cfg = node_config(tmp_path, {**QUIET, "server.keepalive_interval_s": 0.0})
+    cfg = node_config(tmp_path, {"server.keepalive_interval_s": 0.0})
     node = Node(cfg)
     await node.start()
     try:
@@ -82,7 +81,7 @@ async def test_a_ping_that_cannot_be_sent_does_not_stall_the_others(tmp_path: Pa
     """websockets' ping() waits for queued bytes to drain; one terminal whose ping never goes
     out must not keep every terminal after it from being pinged (and timed out)."""
     cfg = node_config(
-        tmp_path, {**QUIET, "server.keepalive_interval_s": 1.0, "server.keepalive_timeout_s": 1.0}
+        tmp_path, {"server.keepalive_interval_s": 1.0, "server.keepalive_timeout_s": 1.0}
     )
     node = Node(cfg)
     await node.start()
@@ -120,7 +119,7 @@ async def test_a_keepalive_timeout_tells_the_terminal_why_and_when_to_come_back(
     read, the wire's CLOSE message and a close frame (1011, "keepalive timeout") with the
     reconnect hint, before the socket ends."""
     cfg = node_config(
-        tmp_path, {**QUIET, "server.keepalive_interval_s": 1.0, "server.keepalive_timeout_s": 1.0}
+        tmp_path, {"server.keepalive_interval_s": 1.0, "server.keepalive_timeout_s": 1.0}
     )
     node = Node(cfg)
     await node.start()
@@ -132,7 +131,7 @@ async def test_a_keepalive_timeout_tells_the_terminal_why_and_when_to_come_back(
                 break
         assert node.server.stats.disconnects["keepalive_timeout"] == 1
         data = await asyncio.wait_for(reader.read(), 5)  # to EOF: the server closed it
-        frames = _server_frames(data)
+        frames = server_frames(data)
         opcodes = [op for op, _ in frames]
         assert opcodes[0] == 0x2 and opcodes[-1] == 0x8, opcodes  # hello first, close last
         close_msg = codec.decode_message(frames[-2][1])
@@ -145,23 +144,3 @@ async def test_a_keepalive_timeout_tells_the_terminal_why_and_when_to_come_back(
         writer.close()
     finally:
         await node.stop()
-
-
-def _server_frames(data: bytes) -> list[tuple[int, bytes]]:
-    """(opcode, payload) of each complete unmasked server frame in ``data``."""
-    frames = []
-    i = 0
-    while i + 2 <= len(data):
-        opcode, n = data[i] & 0x0F, data[i + 1] & 0x7F
-        i += 2
-        if n == 126:
-            (n,) = struct.unpack_from("!H", data, i)
-            i += 2
-        elif n == 127:
-            (n,) = struct.unpack_from("!Q", data, i)
-            i += 8
-        if i + n > len(data):
-            break
-        frames.append((opcode, data[i : i + n]))
-        i += n
-    return frames

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator, Callable
-from typing import Any
 
 import msgspec
 import pytest
@@ -17,6 +15,7 @@ from monotape.platform.codec import ErrorCode
 from monotape.platform.model import Instrument, Tick
 from monotape.platform.requests import Request, SetPriority, Subscribe, decode_request, judge
 from monotape.platform.sdk import KeysRefused, ServerError, TerminalClient
+from tests.conftest import until
 
 INSTRUMENTS = [Instrument(i, f"XT:S{i}", "XT", f"S{i}", 2, 1) for i in range(4)]
 IDS = {i.key: i.iid for i in INSTRUMENTS}
@@ -96,13 +95,6 @@ async def scripted() -> AsyncIterator[ScriptedServer]:
     await s.stop()
 
 
-async def until(predicate: Any, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.01)
-
-
 async def test_refused_keys_are_reported_not_held_and_not_restored(
     scripted: ScriptedServer,
 ) -> None:
@@ -115,7 +107,7 @@ async def test_refused_keys_are_reported_not_held_and_not_restored(
         ("XT:NOPE", ErrorCode.UNKNOWN_SYMBOL),
     ]
     assert c.held_keys == ["XT:S0", "XT:S1"]
-    await until(lambda: set(c.view) == {"XT:S0", "XT:S1"})
+    await until(lambda: set(c.view) == {"XT:S0", "XT:S1"}, "both keys shown")
     # Over the limit (3 here): the key past it is refused, the one under it held.
     over = await c.subscribe(["XT:S2", "XT:S3"])
     assert over.applied == ["XT:S2"]
@@ -129,7 +121,9 @@ async def test_refused_keys_are_reported_not_held_and_not_restored(
     # A reconnect restores what is held, nothing refused.
     for ws in list(scripted.live):
         await ws.close(1001, "drain; reconnect_after_ms=10")
-    await until(lambda: len(scripted.requests) == 2 and len(scripted.requests[1]) == 2)
+    await until(
+        lambda: len(scripted.requests) == 2 and len(scripted.requests[1]) == 2, "the re-subscribe"
+    )
     restored = scripted.requests[1]
     assert restored[0] == Subscribe(req=restored[0].req, keys=["XT:S0", "XT:S1", "XT:S2"])
     assert restored[1] == SetPriority(req=restored[1].req, keys=["XT:S0"])
@@ -190,7 +184,7 @@ async def test_a_protocol_this_sdk_does_not_speak_is_refused(reconnect: bool) ->
         c = TerminalClient(s.url, reconnect=reconnect, backoff_base_s=0.01, backoff_cap_s=0.05)
         if reconnect:
             task = asyncio.create_task(c.connect())
-            await until(lambda: c.stats.connect_errors >= 2)
+            await until(lambda: c.stats.connect_errors >= 2, "two connect errors")
             assert not task.done() and c.stats.connects == 0
             await c.close()
             with pytest.raises(ConnectionError):

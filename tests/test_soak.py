@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from monotape.platform.churn import ChurnProgress, ChurnReport
@@ -59,7 +60,11 @@ def sample(
     )
 
 
-def churn_report(*, errors: int = 0, cancelled: int = 0, rejected: int = 0) -> ChurnReport:
+def churn_report(
+    *, errors: int = 0, cancelled: int = 0, rejected: int = 0, timeouts: int | None = None
+) -> ChurnReport:
+    timeouts = rejected if timeouts is None else timeouts
+    gave_up = min(rejected, 1)
     return ChurnReport(
         url="ws://127.0.0.1:1/",
         elapsed_s=60.0,
@@ -69,9 +74,11 @@ def churn_report(*, errors: int = 0, cancelled: int = 0, rejected: int = 0) -> C
         closed=940,
         rst=60,
         errors=errors,
+        # every attempt ends opened, refused (503), timed out, or failed; a give-up ends a retry
+        attempts=1000 + rejected + timeouts + errors,
         rejected=rejected,
-        gave_up=min(rejected, 1),
-        timeouts=rejected,
+        gave_up=gave_up,
+        timeouts=timeouts,
         server_closed=errors,
         skipped=0,
         cancelled=cancelled,
@@ -191,6 +198,26 @@ def test_designed_503_refusals_are_reported_apart_and_never_fail() -> None:
     v = verdict(churn=churn_report(rejected=3))
     assert v.passed, format_verdict(v)
     assert "503 refusals 3, handshake timeouts 3" in v.check("churn").detail
+
+
+def test_a_node_that_stops_answering_upgrades_fails_past_five_percent_of_attempts() -> None:
+    # Timeouts are retried, so a node whose upgrades hang would otherwise pass: 5% of the
+    # attempts (Tolerances.max_unanswered_share) may time out or give up, no more.
+    ok = churn_report(rejected=2, timeouts=50)  # 50 + 1 gave up of 1052 attempts: 4.8%
+    assert ok.timeouts + ok.gave_up <= 0.05 * ok.attempts
+    assert verdict(churn=ok).passed
+    bad = churn_report(rejected=2, timeouts=60)  # 60 + 1 of 1062: 5.7%
+    v = verdict(churn=bad)
+    assert failed(v) == ["churn"]
+    assert "60 handshake timeouts + 1 gave up = 5.7% of 1062 upgrade attempts (limit 5%)" in (
+        v.check("churn").detail
+    )
+    # Nothing answered at all: every attempt timed out, no session opened.
+    dead = msgspec.structs.replace(
+        churn_report(), opened=0, closed=0, rst=0, attempts=900, timeouts=900, gave_up=300
+    )
+    detail = verdict(churn=dead).check("churn").detail
+    assert "no session opened" in detail and "900 handshake timeouts" in detail
 
 
 def test_server_exit_and_missing_samples_fail() -> None:

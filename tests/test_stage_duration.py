@@ -9,6 +9,8 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, generate_latest
 
 from monotape import metric_names as m
+from monotape.clock import FakeClock
+from monotape.config import ServerConfig
 from monotape.histograms import (
     STAGE_DURATION_BUCKETS_S,
     DurationBuckets,
@@ -16,8 +18,13 @@ from monotape.histograms import (
     StageDurationCollector,
     StageRecorder,
 )
+from monotape.platform.conflation import Frame
+from monotape.platform.feeds.simulator import build_universe
 from monotape.platform.model import Tick
+from monotape.platform.sequencer import Sequencer
+from monotape.platform.server import FanoutServer
 from monotape.platform.stamps import StageStamps
+from tests.test_priority_stage import _connect  # the fake terminal socket of the fan-out tests
 
 MS = 1_000_000
 OFFSET = 1_700_000_000 * 10**9
@@ -92,7 +99,8 @@ def test_tick_to_write_is_decoded_to_the_frames_last_direct_write_per_tick() -> 
     stamps.decoded(ticks)
     stamps.admitted(ticks)
     assert stamps.framed(40 * MS, 42 * MS, OFFSET) == 2
-    stamps.written(np.array([1 * MS, 3 * MS, 2 * MS], dtype=np.int64))  # last write at 45 ms
+    carried = np.array([0, 1], dtype=np.int64)
+    stamps.written(np.array([1 * MS, 3 * MS, 2 * MS], dtype=np.int64), carried)  # last at 45 ms
     by = {iv.stage: iv.histogram for iv in stamps.rotate(1_000, OFFSET)}
     h = by["tick_to_write"]
     assert h.get_total_count() == 2  # one value per tick, not per connection
@@ -108,8 +116,72 @@ def test_a_frame_with_no_direct_write_gives_its_ticks_no_end_to_end_value() -> N
     stamps.decoded(ticks)
     stamps.admitted(ticks)
     stamps.framed(40 * MS, 41 * MS, OFFSET)
-    stamps.written(np.array([], dtype=np.int64))  # nobody subscribed, or everyone behind
+    stamps.written(np.array([], dtype=np.int64), np.array([0]))  # everyone behind
     stamps.framed(80 * MS, 81 * MS, OFFSET)  # an empty frame: nothing carried over
-    stamps.written(np.array([MS], dtype=np.int64))
+    stamps.written(np.array([MS], dtype=np.int64), np.array([0]))
     by = {iv.stage: iv.count for iv in stamps.rotate(1_000, OFFSET)}
     assert by["tick_to_write"] == 0 and by["conflate"] == 1 and by["write"] == 1
+
+
+def test_tick_to_write_counts_only_ticks_of_instruments_a_payload_carried() -> None:
+    """A tick of a symbol nobody watches was never handed to the kernel: it has no end-to-end
+    value, or the alert's p99 would be diluted by ticks that cost no write."""
+    stamps = StageStamps(Recorders(start_ms=0))
+    ticks = [tick(0, 10 * MS, 11 * MS), tick(1, 20 * MS, 21 * MS), tick(2, 30 * MS, 31 * MS)]
+    stamps.decoded(ticks)
+    stamps.admitted(ticks)
+    assert stamps.framed(40 * MS, 42 * MS, OFFSET) == 3  # every admitted tick is conflated
+    stamps.written(np.array([3 * MS], dtype=np.int64), np.array([2, 0], dtype=np.int64))
+    by = {iv.stage: iv.histogram for iv in stamps.rotate(1_000, OFFSET)}
+    h = by["tick_to_write"]
+    assert h.get_total_count() == 2  # iids 0 and 2; iid 1's tick went to no screen
+    assert h.get_count_at_value(35_000) == 1 and h.get_count_at_value(15_000) == 1
+    assert by["conflate"].get_total_count() == 3
+    assert by["write"].get_total_count() == 1
+
+
+def test_without_written_instruments_no_tick_gets_an_end_to_end_value() -> None:
+    stamps = StageStamps(Recorders(start_ms=0))
+    stamps.decoded([tick(0, 10 * MS, 11 * MS)])
+    stamps.admitted([tick(0, 10 * MS, 11 * MS)])
+    stamps.framed(40 * MS, 41 * MS, OFFSET)
+    stamps.written(np.array([MS], dtype=np.int64))  # a caller that does not say which
+    assert {iv.stage: iv.count for iv in stamps.rotate(1_000, OFFSET)}["tick_to_write"] == 0
+
+
+def _fanout(clock: FakeClock) -> FanoutServer:
+    universe = build_universe(venues=1, instruments=16, seed=1)
+    return FanoutServer(ServerConfig(), universe, Sequencer(1), clock)
+
+
+def _frame_of(server: FanoutServer, clock: FakeClock, iids: list[int]) -> Frame:
+    now = clock.now_ns()
+    ticks = [Tick(i, "XNAS", 1, now, OFFSET, 100, 101, 100, 1, "A", now, 0) for i in iids]
+    server.sequencer.on_ticks(ticks, now)
+    clock.advance(40 * MS)
+    return server.sequencer.take_frame(clock.now_ns())
+
+
+def test_the_fanout_names_the_instruments_of_payloads_it_handed_to_the_kernel() -> None:
+    clock = FakeClock()
+    server = _fanout(clock)
+    fast = _connect(server, clock, [1, 2], [])
+    _connect(server, clock, [2], [])  # another signature, also written at once
+    # above the high-water mark (not so far as to be kicked): its frame goes to its ring
+    behind = _connect(server, clock, [4], [], buffered=server.cfg.write_high_water + 1)
+    frame = _frame_of(server, clock, [1, 2, 3, 4])  # iid 3: nobody watches it
+    assert len(frame.records) == 4
+    server.publish_frame(frame)
+    assert sorted(server.written_iids.tolist()) == [1, 2]
+    assert len(fast.writes) == 1 and behind.writes == []
+    assert len(server.write_latencies_ns) == 2
+
+    # every payload of the frame written (the cheap path): still not iid 3
+    frame = _frame_of(server, clock, [1, 3])
+    server.publish_frame(frame)
+    assert server.written_iids.tolist() == [1]
+
+    # nobody written at all: no instrument
+    frame = _frame_of(server, clock, [3])
+    server.publish_frame(frame)
+    assert server.written_iids.tolist() == []

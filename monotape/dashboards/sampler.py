@@ -3,16 +3,17 @@ bounded ring (no Prometheus needed on a laptop).
 
 ``SampleRing`` is a pure store (values in, arrays out, the time passed in); ``run_sampler`` is
 its thin asyncio driver. Only the sample names the panels read are kept, and the number of
-series is capped (``max_series``; what falls off is counted in ``dropped_series``), so the ring
-is fixed memory: one float64 column per series, ``capacity`` rows (an hour at 1 s, ~30 KB a
-series). numpy arrays are untracked by the garbage collector: the ring adds nothing to walk.
+series is capped (``max_series``; what falls off is counted in ``dropped_series`` and logged
+once as ``dashboard_series_capped``), so the ring is fixed memory: one float64 column per
+series, ``capacity`` rows (an hour at 1 s, ~29 KB a series). numpy arrays are untracked by the
+garbage collector: the ring adds nothing to walk.
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 
 import numpy as np
 from prometheus_client.registry import CollectorRegistry
@@ -24,6 +25,7 @@ from monotape.platform.looplag import LoopLagMonitor
 
 __all__ = [
     "HISTORY_S",
+    "MAX_SERIES",
     "SAMPLE_PERIOD_S",
     "SampleRing",
     "SeriesKey",
@@ -35,18 +37,23 @@ __all__ = [
 SAMPLE_PERIOD_S = 1.0
 HISTORY_S = 3600  # the widest window the page offers
 SeriesKey = tuple[str, tuple[tuple[str, str], ...]]  # sample name, sorted labels
+# A default node (6 venues, 2 handlers each) fills 262 series: 135 stage-duration buckets
+# (9 stages x 15 bounds), 36 stage quantiles, 48 feed series (4 per handler), the rest a few
+# each. 512 leaves room for rejected-tick reasons, failure stages and a few more venues, and
+# bounds the ring at 512 x 3,600 rows x 8 B = ~15 MB.
+MAX_SERIES = 512
 
 
 class SampleRing:
     def __init__(
-        self, names: Iterable[str], *, capacity: int = HISTORY_S, max_series: int = 4096
+        self, names: Iterable[str], *, capacity: int = HISTORY_S, max_series: int = MAX_SERIES
     ) -> None:
         if capacity < 2 or max_series < 1:
             raise ValueError("capacity must be >= 2 and max_series >= 1")
         self.names = frozenset(names)
         self.capacity = capacity
         self.max_series = max_series
-        self.dropped_series = 0
+        self.dropped_series = 0  # samples of series refused at the cap, every scrape
         self._t = np.full(capacity, np.nan)
         self._cols: dict[SeriesKey, np.ndarray] = {}
         self._n = 0  # samples recorded since start
@@ -66,6 +73,13 @@ class SampleRing:
             key: SeriesKey = (name, tuple(sorted(labels.items())))
             if key not in self._cols:
                 if len(self._cols) >= self.max_series:
+                    if not self.dropped_series:  # the first time: one line, not one a second
+                        log_event(
+                            "dashboard_series_capped",
+                            level="warning",
+                            max_series=self.max_series,
+                            first_dropped=name,
+                        )
                     self.dropped_series += 1
                     continue
                 self._cols[key] = np.full(self.capacity, np.nan)
@@ -73,9 +87,10 @@ class SampleRing:
         self._n += 1
 
     def window(
-        self, start_s: float, end_s: float
+        self, start_s: float, end_s: float, names: Collection[str] | None = None
     ) -> tuple[np.ndarray, dict[SeriesKey, np.ndarray]]:
-        """Rows with ``start_s <= t <= end_s``, oldest first: their times and every series."""
+        """Rows with ``start_s <= t <= end_s``, oldest first: their times and every series (or
+        only the series of sample ``names``: a dashboard copies what it draws, no more)."""
         n = len(self)
         order = (
             np.arange(n)
@@ -84,7 +99,10 @@ class SampleRing:
         )
         t = self._t[order]
         keep = order[(t >= start_s) & (t <= end_s)]
-        return self._t[keep], {k: col[keep] for k, col in self._cols.items()}
+        cols = self._cols.items()
+        if names is not None:
+            return self._t[keep], {k: col[keep] for k, col in cols if k[0] in names}
+        return self._t[keep], {k: col[keep] for k, col in cols}
 
     @property
     def last_t(self) -> float:

@@ -10,7 +10,7 @@ never reads a single sample.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,15 +59,16 @@ def _rate_window(window_s: int) -> float:
     return max(RATE_WINDOW_S, 2 * widest * SAMPLE_PERIOD_S)
 
 
-def snapshot(ring: SampleRing, window_s: int) -> Snapshot:
+def snapshot(ring: SampleRing, window_s: int, names: Collection[str] | None = None) -> Snapshot:
     """Copy the rows a window needs (cheap: run it where the ring is written, the event loop);
-    ``dashboard_from`` then does the arithmetic anywhere (a worker thread)."""
+    ``dashboard_from`` then does the arithmetic anywhere (a worker thread). ``names``: copy
+    only these samples' series (one dashboard's)."""
     end = ring.last_t
     if math.isnan(end):
         end = 0.0
     start = end - window_s
     rate_window = _rate_window(window_s)
-    times, series = ring.window(start - rate_window, end)
+    times, series = ring.window(start - rate_window, end, names)
     return Snapshot(start, end, rate_window, times, series)
 
 

@@ -32,6 +32,11 @@ class InvariantMonitor:
 
     ``on_trip`` is called with the failing result on every ok -> failing transition (a hook for
     the node, e.g. to dump the index; it must not raise, and if it does the error is logged).
+
+    ``on_failure`` is told of every check that raised, and of a pass that raised outside a
+    check, with the invariant's name (``"*"`` for the pass): the node counts them in
+    ``monotape_stage_failures_total{stage="invariants"}`` and logs them rate-limited. A check
+    that raised reads as failing (it cannot vouch for its invariant); the loop goes on.
     """
 
     def __init__(
@@ -41,6 +46,7 @@ class InvariantMonitor:
         interval_s: float = DEFAULT_INTERVAL_S,
         clock: Clock | None = None,
         on_trip: Callable[[InvariantResult], None] | None = None,
+        on_failure: Callable[[str, Exception], None] | None = None,
     ) -> None:
         if not interval_s > 0:
             raise ValueError(f"interval_s must be > 0, got {interval_s}")
@@ -51,6 +57,7 @@ class InvariantMonitor:
         self.interval_s = interval_s
         self.clock: Clock = clock or SystemClock()
         self.on_trip = on_trip
+        self.on_failure = on_failure
         self.results: dict[str, InvariantResult] = {}
         self.trips: dict[str, int] = dict.fromkeys(names, 0)
         self.runs = 0
@@ -80,6 +87,7 @@ class InvariantMonitor:
         try:
             return inv.check()
         except Exception as exc:  # a check that cannot run is a failed check, not a dead loop
+            self._failed(inv.name, exc)
             return InvariantResult(
                 name=inv.name,
                 ok=False,
@@ -89,6 +97,13 @@ class InvariantMonitor:
                 checked_at_ms=self.clock.wall_ns() // 1_000_000,
                 duration_us=max(0, self.clock.now_ns() - started) // 1_000,
             )
+
+    def _failed(self, name: str, exc: Exception) -> None:
+        if self.on_failure is not None:
+            try:
+                self.on_failure(name, exc)
+            except Exception as hook_exc:  # the hook must not take the checks down either
+                log_event("invariant_on_failure_failed", level="error", error=repr(hook_exc))
 
     def _tripped(self, result: InvariantResult) -> None:
         self.trips[result.name] = self.trips.get(result.name, 0) + 1
@@ -125,5 +140,8 @@ class InvariantMonitor:
     async def run_forever(self) -> None:
         """Check at once (so the metric exists from start), then every ``interval_s``."""
         while True:
-            self.run_once()
+            try:
+                self.run_once()
+            except Exception as exc:  # outside any one check (a log sink, a hook): next pass
+                self._failed("*", exc)
             await asyncio.sleep(self.interval_s)

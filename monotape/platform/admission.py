@@ -9,16 +9,19 @@ with a jittered Retry-After spreads the wave instead. A pure state machine on an
 The bucket is charged only for verified terminals: a tokenless flood that spent it (measured:
 ~2,190 tokenless upgrades/s made 35% of real connects get 503) was a denial of service for the
 price of a TCP connect. What fails is counted per source address instead (``FailedUpgrades``),
-and an address past its allowance is refused (429) before any token work.
+and an address past its allowance is refused (429) unless its token is one the verifier has
+already verified (a cache hit costs nothing, so the cap has nothing to guard there).
+An IPv6 source counts by its /64 (``source_key``): one host commonly holds a whole /64.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import random
 from collections import OrderedDict
 
-__all__ = ["FailedUpgrades", "TokenBucket"]
+__all__ = ["FailedUpgrades", "TokenBucket", "source_key"]
 
 
 class TokenBucket:
@@ -95,9 +98,13 @@ class FailedUpgrades:
             del self._table[address]  # back to a clean slate: nothing worth remembering
         return left
 
+    def exhausted(self, address: str, now_ns: int) -> bool:
+        """Has ``address`` used up its allowance? A question only: nothing is counted."""
+        return self.burst != 0 and self._left(address, now_ns) < 1.0
+
     def allowed(self, address: str, now_ns: int) -> bool:
         """May an upgrade from ``address`` be looked at? False counts it as throttled."""
-        if self.burst == 0 or self._left(address, now_ns) >= 1.0:
+        if not self.exhausted(address, now_ns):
             return True
         self.throttled += 1
         return False
@@ -120,3 +127,20 @@ class FailedUpgrades:
 
     def __len__(self) -> int:
         return len(self._table)
+
+
+def source_key(address: str) -> str:
+    """What the failed-upgrade cap counts a peer address as: an IPv4 address as itself, an
+    IPv6 one by its /64. A single host is routinely given a whole /64 (RFC 6177) and can pick
+    any of its 2**64 addresses per connect, so counting full IPv6 addresses let one host fail
+    without limit and flush the table. An IPv4-mapped IPv6 address (a dual-stack socket's view
+    of an IPv4 peer) counts as the IPv4 address. Anything unparsable is its own key."""
+    if ":" not in address:
+        return address  # IPv4 (or "?"): the common case, no parsing
+    try:
+        ip = ipaddress.IPv6Address(address)
+    except ValueError:
+        return address
+    if ip.ipv4_mapped is not None:
+        return str(ip.ipv4_mapped)
+    return str(ipaddress.IPv6Network((int(ip) >> 64 << 64, 64)))

@@ -22,9 +22,10 @@ A node that sheds load answers an upgrade with HTTP 503 and ``Retry-After`` (adm
 by design): a session so refused waits that long (plus up to a second of jitter, so the retries
 do not come back as one wave) and tries again until its planned end; an opening handshake that
 times out (a node starved of CPU answers late) is retried the same way. Those are counted apart
-(``rejected``, ``timeouts``, ``gave_up``), never as errors: an error is what a healthy node
-should not do. The token, when the node wants one, travels in an ``Authorization`` header;
-the report never carries it.
+(``rejected``, ``timeouts``, ``gave_up``, out of ``attempts``), never as errors: an error is
+what a healthy node should not do. Many of them is what a node that stopped answering does, so
+the soak's verdict bounds their share of the attempts (``soak.judge``). The token, when the
+node wants one, travels in an ``Authorization`` header; the report never carries it.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ import random
 import sys
 from collections.abc import Callable
 from typing import Annotated, Final
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import msgspec
 import websockets
@@ -44,6 +45,7 @@ from msgspec import Meta
 from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
+from monotape.clientside import redact
 from monotape.platform import codec
 from monotape.platform.requests import MAX_KEYS, Subscribe, Unsubscribe, encode_request
 from monotape.platform.rst import reset
@@ -110,6 +112,7 @@ class ChurnReport(msgspec.Struct, frozen=True):
     closed: int
     rst: int
     errors: int
+    attempts: int  # opening handshakes tried by the sessions, retries included
     rejected: int  # HTTP 503 + Retry-After at the upgrade (shedding, by design): retried
     gave_up: int  # sessions still refused (503) or timing out at their planned end: not errors
     timeouts: int  # opening handshakes that timed out (a starved node): retried, not errors
@@ -133,7 +136,15 @@ class ChurnRefused(ValueError):
 
 
 class ChurnFailed(RuntimeError):
-    """The probe session could not read the dictionary; ``str()`` is one line saying why."""
+    """The probe session could not read the dictionary; ``str()`` is one line saying why.
+
+    ``failure`` is what the upgrade raised (``InvalidStatus`` for a refusal, ``OSError`` when
+    nothing listens), so a command line can say what to do about it with what it knows about
+    the token (``clientside.connect_failure``)."""
+
+    def __init__(self, message: str, failure: BaseException) -> None:
+        super().__init__(message)
+        self.failure = failure
 
 
 def check_loopback(url: str) -> tuple[str, int]:
@@ -173,7 +184,7 @@ class _Tally:
     def __init__(self) -> None:
         self.started = self.opened = self.closed = self.rst = self.errors = 0
         self.rejected = self.gave_up = self.server_closed = self.skipped = self.cancelled = 0
-        self.timeouts = 0
+        self.timeouts = self.attempts = 0
         self.open = self.pending = self.peak_open = 0
         self.subscribes = self.changes = self.messages = 0
         self.error_samples: list[str] = []
@@ -239,11 +250,11 @@ class _Churn:
                     continue
                 body = (r.body or b"").decode(errors="replace").strip()[:200]
                 raise ChurnFailed(
-                    f"the node refused the probe: HTTP {r.status_code} {body}"
+                    f"the node refused the probe: HTTP {r.status_code} {body}", exc
                 ) from None
             except (OSError, TimeoutError, websockets.InvalidHandshake) as exc:
                 why = getattr(exc, "strerror", None) or repr(exc)
-                raise ChurnFailed(f"cannot connect to {_redact(self.url)}: {why}") from None
+                raise ChurnFailed(f"cannot connect to {redact(self.url)}: {why}", exc) from None
 
     async def load_keys(self) -> None:
         """One probe session reads the hello: the dictionary names every symbol."""
@@ -313,6 +324,7 @@ class _Churn:
         None if it never opened (counted: an error, or ``gave_up`` after designed refusals)."""
         t = self.tally
         while True:
+            t.attempts += 1
             try:
                 return await self._connect()
             except InvalidStatus as exc:
@@ -423,7 +435,7 @@ class _Churn:
     def report(self) -> ChurnReport:
         t, cfg = self.tally, self.cfg
         return ChurnReport(
-            url=_redact(self.url),
+            url=redact(self.url),  # a report never carries a token
             elapsed_s=round(self.loop.time() - self.t0, 3),
             target_arrivals_per_s=cfg.arrival_rate_per_s * cfg.rate_multiple,
             started=t.started,
@@ -431,6 +443,7 @@ class _Churn:
             closed=t.closed,
             rst=t.rst,
             errors=t.errors,
+            attempts=t.attempts,
             rejected=t.rejected,
             gave_up=t.gave_up,
             timeouts=t.timeouts,
@@ -443,12 +456,6 @@ class _Churn:
             messages=t.messages,
             error_samples=list(t.error_samples),
         )
-
-
-def _redact(url: str) -> str:
-    """Without the query, where a ``?token=`` may sit: a report never carries a token."""
-    p = urlsplit(url)
-    return urlunsplit((p.scheme, p.netloc, p.path, "", ""))
 
 
 def _closed_why(reader: asyncio.Task[None]) -> str:

@@ -196,6 +196,7 @@ class Node:
             ],
             interval_s=cfg.server.invariant_interval_s,
             clock=self.clock,
+            on_failure=lambda name, exc: self.failures.record("invariants", exc, invariant=name),
         )
         self.registry.register(InvariantCollector(self.invariants))
         self.hdr_dir = self.data_dir / "hdr"
@@ -328,7 +329,9 @@ class Node:
         published = self.server.publish_frame(self.sequencer.take_frame(boundary))
         offset = self.clock.wall_ns() - self.clock.now_ns()
         self.framed_ticks += self.stamps.framed(boundary, published, offset)
-        self.stamps.written(np.asarray(self.server.write_latencies_ns, dtype=np.int64))
+        self.stamps.written(
+            np.asarray(self.server.write_latencies_ns, dtype=np.int64), self.server.written_iids
+        )
         self.server.flush_priority()  # the priority writes since the last frame
 
     def _opened_closed(self) -> tuple[int, int]:
@@ -499,6 +502,7 @@ class Node:
             self._chaos_loop,
             self.server.glass_loop,
             self.server.keepalive_loop,
+            self.invariants.run_forever,
         ]
         return {loop.__qualname__: loop for loop in loops}
 

@@ -57,6 +57,8 @@ from monotape.platform.upgrade import UpgradeGate
 __all__ = ["PRIORITY_BUFFER", "FanoutServer", "FanoutStats", "SnapshotCache"]
 
 OPEN = State.OPEN
+_NO_IIDS = np.empty(0, dtype=np.int64)
+_NO_IIDS.setflags(write=False)
 
 # Close codes (RFC 6455 §7.4.1); docs/wire.md lists them for terminal authors.
 CLOSE_GOING_AWAY = 1001
@@ -201,6 +203,9 @@ class FanoutServer:
         self._gone_bytes = 0
         self._gone_drops = 0
         self.write_latencies_ns: list[int] = []  # the last frame's direct writes
+        # the instruments whose record was in a payload of the last frame handed to the kernel
+        # for at least one terminal: the ticks that get a tick_to_write value (stamps.py)
+        self.written_iids: np.ndarray = _NO_IIDS
         self._behind: set[int] = set()  # connections with queued frames or a gap
         self._pings: dict[int, tuple[int, asyncio.Future[float]]] = {}  # keepalive, unanswered
         self.control_limits = ControlLimits(
@@ -664,7 +669,8 @@ class FanoutServer:
         connection of that signature; then give slow terminals their chance to catch up.
 
         Returns the monotonic time the payloads were published (encoded and framed); the
-        per-connection write latencies from then are left in ``write_latencies_ns``."""
+        per-connection write latencies from then are left in ``write_latencies_ns``, and the
+        instruments that went out in a direct write in ``written_iids``."""
         self._last_frame_no = frame.frame_no
         self.stats.frames += 1
         encode = codec.encode_delta_record
@@ -685,6 +691,7 @@ class FanoutServer:
                     codec.frame_header(frame.frame_no, len(sig_chunks)) + b"".join(sig_chunks)
                 ),
                 index.connections(sig),
+                sig,
             )
             for sig, sig_chunks in plan.items()
         ]
@@ -699,8 +706,10 @@ class FanoutServer:
         # The fast path is the whole point of the tier (MEASURED: ~6 µs per pre-framed write):
         # a connection that is open, not behind and has room gets the shared bytes straight away;
         # anything else takes _deliver's ordered path (ring, gap, closing).
-        for wire, conn_ids in wires:
+        written_sigs: list[int] = []
+        for wire, conn_ids, sig in wires:
             size = len(wire)
+            before = len(latencies)
             for cid in conn_ids:
                 conn = connections.get(cid)
                 if conn is None:
@@ -723,9 +732,29 @@ class FanoutServer:
                 conn.frames_sent += 1
                 conn.bytes_sent += size
                 record(now_ns() - published)
+            if len(latencies) > before:
+                written_sigs.append(sig)
+        self.written_iids = self._written_iids(chunks, written_sigs, len(wires))
         self.stats.frame_writes += len(latencies)
         self.flush_behind()
         return published
+
+    def _written_iids(
+        self, chunks: dict[int, bytes], written_sigs: list[int], payloads: int
+    ) -> np.ndarray:
+        """The instruments of the payloads (signatures) that reached at least one terminal."""
+        if not written_sigs:
+            return _NO_IIDS
+        if len(written_sigs) == payloads:
+            # The common case, at no per-signature cost: every encoded chunk is in some payload
+            # (only symbols with subscribers are encoded), and every payload went out.
+            return np.fromiter(chunks, dtype=np.int64, count=len(chunks))
+        members = self.index.members
+        watched: set[int] = set()
+        for sig in written_sigs:
+            watched.update(members(sig))
+        iids = watched.intersection(chunks)
+        return np.fromiter(iids, dtype=np.int64, count=len(iids))
 
     def _encode_each(self, frame: Frame) -> dict[int, bytes]:
         """The frame's chunks symbol by symbol; one that raises is left out and counted (its

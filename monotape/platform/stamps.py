@@ -13,7 +13,7 @@ per-value ``record_value()`` costs ~1 µs (MEASURED), too much at 190k ticks/s �
 | encode        | frame boundary → payloads encoded, published  | tick admitted (to its frame)    |
 | write         | published → handed to the kernel              | frame written to a connection   |
 | priority      | admitted → handed to the kernel, no frame     | tick written to a connection    |
-| tick_to_write | decoded → its frame handed to the kernel      | tick carried by a written frame |
+| tick_to_write | decoded → its frame handed to the kernel      | tick in a payload written       |
 
 ``write`` counts frames handed to the kernel straight from the fan-out; a frame that waited in a
 slow terminal's ring is counted in ``monotape_slow_consumer_drops_total`` / the ring gauges, not
@@ -24,12 +24,14 @@ priority update queued in a slow terminal's ring has no value (it is still count
 buffer (``FanoutServer.flush_priority``) and handed here once per frame, before each rotation,
 and early whenever that buffer fills.
 
-``tick_to_write`` is the end-to-end figure a tick-to-glass alert reads: one value per tick,
-from its decoding to the moment the frame that carries it was handed to the kernel for the last
-terminal that got that frame straight from the fan-out (the frame's slowest direct write: an
-upper bound over the terminals). A frame with no direct write (no terminal, or all of them
-behind) gives its ticks no value. A p99 of this stage is a real p99 per tick; a sum of stage
-p99s is not one.
+``tick_to_write`` is the end-to-end figure a tick-to-glass alert reads: one value per tick
+that reached a screen, from its decoding to the moment the frame that carries it was handed to
+the kernel for the last terminal that got that frame straight from the fan-out (the frame's
+slowest direct write: an upper bound over the terminals). Only ticks of symbols whose record was
+in a payload the fan-out actually handed to the kernel count (``FanoutServer.written_iids``): a
+tick of a symbol nobody watches, or whose watchers were all behind, never went out, and a value
+for it would dilute the alert's p99 with ticks that cost no write. A p99 of this stage is a real
+p99 per tick; a sum of stage p99s is not one.
 
 ``decode`` subtracts the venue's wall clock from ours, so it is only as good as the clocks'
 agreement (negative values are clamped to 0 and counted). The rest is this host's monotonic
@@ -50,6 +52,8 @@ from monotape.platform.model import Tick
 __all__ = ["StageStamps"]
 
 _BATCH = 1 << 14  # values gathered per stage before one vectorized record
+_EMPTY = np.empty(0, dtype=np.int64)
+_EMPTY.setflags(write=False)  # shared by every empty frame: never written to
 
 
 class _Batch:
@@ -102,6 +106,7 @@ class StageStamps:
         # decoded times of the ticks the last frame carried, and its publish time: written()
         # closes the frame that framed() opened
         self._framed_decoded = _EMPTY
+        self._framed_iids = _EMPTY
         self._framed_published = 0
         self._decoded: list[Sequence[Tick]] = []  # batches since the last frame
         self._admitted: list[Sequence[Tick]] = []
@@ -112,9 +117,9 @@ class StageStamps:
     def admitted(self, applied: Sequence[Tick]) -> None:
         self._admitted.append(applied)
 
-    def _take(self, wall_offset_ns: int) -> tuple[np.ndarray, np.ndarray]:
+    def _take(self, wall_offset_ns: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Record decode and sequence for every pending batch; return the admitted ticks'
-        admitted and decoded times."""
+        admitted and decoded times and their instruments."""
         if self._decoded:
             ticks = list(chain.from_iterable(self._decoded))
             self._decoded.clear()
@@ -124,22 +129,24 @@ class StageStamps:
             # decoded_ns is monotonic; the venue stamps wall time: one offset per frame joins them
             self._decode.add(decoded + wall_offset_ns - venue)
         if not self._admitted:
-            return _EMPTY, _EMPTY
+            return _EMPTY, _EMPTY, _EMPTY
         ticks = list(chain.from_iterable(self._admitted))
         self._admitted.clear()
         n = len(ticks)
         admitted = np.fromiter(map(_ADMITTED, ticks), dtype=np.int64, count=n)
         decoded = np.fromiter(map(_DECODED, ticks), dtype=np.int64, count=n)
+        iids = np.fromiter(map(_IID, ticks), dtype=np.int64, count=n)
         self._sequence.add(admitted - decoded)
-        return admitted, decoded
+        return admitted, decoded, iids
 
     def framed(self, boundary_ns: int, published_ns: int, wall_offset_ns: int) -> int:
         """The frame at ``boundary_ns`` carried every tick admitted since the last one.
 
         ``wall_offset_ns`` is wall minus monotonic time now (the decode stage's venue stamps are
         wall clock). Returns how many admitted ticks the frame carried."""
-        admitted, decoded = self._take(wall_offset_ns)
+        admitted, decoded, iids = self._take(wall_offset_ns)
         self._framed_decoded = decoded
+        self._framed_iids = iids
         self._framed_published = published_ns
         n = len(admitted)
         if n:
@@ -150,14 +157,20 @@ class StageStamps:
             self._encode.add(published_ns - framed)
         return n
 
-    def written(self, latencies_ns: np.ndarray) -> None:
-        """The last ``framed()`` frame's direct writes, published → handed to the kernel."""
+    def written(self, latencies_ns: np.ndarray, written_iids: np.ndarray = _EMPTY) -> None:
+        """The last ``framed()`` frame's direct writes, published → handed to the kernel.
+
+        ``written_iids``: the instruments whose record was in a payload handed to the kernel
+        for at least one terminal (the fan-out's ``written_iids``). Only the frame's ticks of
+        those instruments get a ``tick_to_write`` value; none without it."""
         self._write.add(latencies_ns)
         decoded = self._framed_decoded
-        if len(latencies_ns) and len(decoded):
+        if len(latencies_ns) and len(decoded) and len(written_iids):
             last_write = self._framed_published + int(latencies_ns.max())
-            self._tick_to_write.add(last_write - decoded)
-        self._framed_decoded = _EMPTY
+            # one vectorized membership test per frame, no per-tick Python work
+            carried = np.isin(self._framed_iids, written_iids)
+            self._tick_to_write.add(last_write - decoded[carried])
+        self._framed_decoded = self._framed_iids = _EMPTY
 
     def prioritized(self, latencies_ns: np.ndarray) -> None:
         """Admitted → written values of priority writes. ``latencies_ns`` is read during the call
@@ -189,4 +202,4 @@ class StageStamps:
 _VENUE_TS = attrgetter("venue_ts_ns")
 _DECODED = attrgetter("decoded_ns")
 _ADMITTED = attrgetter("admitted_ns")
-_EMPTY = np.empty(0, dtype=np.int64)
+_IID = attrgetter("iid")

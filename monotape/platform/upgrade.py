@@ -2,7 +2,10 @@
 
 In order, cheapest refusal first, each a fast answer rather than a queue:
 1. draining: 503 with a jittered Retry-After (the node is leaving the rotation);
-2. the source address has failed too many upgrades: 429 with Retry-After, no token work at all;
+2. the source address (an IPv6 one by its /64) has failed too many upgrades: 429 with
+   Retry-After, unless the token is one already verified and cached (valid, not expired): that
+   costs no work, so the terminals behind a NAT or balancer whose address a flood exhausted
+   keep reconnecting; everything else from that address (fresh, forged, no token) gets the 429;
 3. the token's shape: missing, duplicate ``Authorization``, oversized or not three base64url
    parts: 401 with the reason at once (a failure of that address);
 4. overloaded: 503 while the event loop runs late (load shedding: the loop's lag is the truth
@@ -30,7 +33,7 @@ from websockets.http11 import Response as HttpResponse
 
 from monotape.clock import Clock
 from monotape.config import ServerConfig
-from monotape.platform.admission import FailedUpgrades, TokenBucket
+from monotape.platform.admission import FailedUpgrades, TokenBucket, source_key
 from monotape.platform.auth import (
     AuthError,
     Claims,
@@ -38,6 +41,7 @@ from monotape.platform.auth import (
     token_from_request,
     www_authenticate,
 )
+from monotape.platform.auth.verifier import Prechecked
 
 __all__ = ["UpgradeGate"]
 
@@ -88,34 +92,41 @@ class UpgradeGate:
             return self._unavailable(ws, "draining", body, random.randint(1, 5))
         verifier = self.verifier
         address = _source_address(ws)
-        token: str | None = None
+        checked: Prechecked | None = None
+        claims: Claims | None = None
         if verifier is not None:
             now = self.clock.now_ns()
-            if not self.failures.allowed(address, now):
-                response = ws.respond(
-                    HTTPStatus.TOO_MANY_REQUESTS, "too many failed upgrades from this address\n"
-                )
-                response.headers["Retry-After"] = str(self.failures.retry_after_s(address, now))
-                return response
-            try:
-                token = token_from_request(
-                    request.headers.raw_items(), urlsplit(request.path).query
-                )
-                verifier.precheck(token)
-            except AuthError as exc:
-                if exc.reason == "duplicate Authorization":
-                    verifier.refused[exc.reason] += 1  # precheck counts the others
-                return self._unauthorized(ws, address, exc.reason)
+            if self.failures.exhausted(address, now):
+                # The cap guards work; a cached token is none. Asked only of an exhausted
+                # address, so the usual upgrade pays for its token's shape and hash once.
+                claims = self._cached(verifier, request)
+                if claims is None and not self.failures.allowed(address, now):  # counts it
+                    response = ws.respond(
+                        HTTPStatus.TOO_MANY_REQUESTS, "too many failed upgrades from this address\n"
+                    )
+                    response.headers["Retry-After"] = str(self.failures.retry_after_s(address, now))
+                    return response
+            if claims is None:
+                try:
+                    token = token_from_request(
+                        request.headers.raw_items(), urlsplit(request.path).query
+                    )
+                    checked = verifier.precheck(token)  # verify() reuses its fingerprint
+                except AuthError as exc:
+                    if exc.reason == "duplicate Authorization":
+                        verifier.refused[exc.reason] += 1  # precheck counts the others
+                    return self._unauthorized(ws, address, exc.reason)
         if self.overloaded is not None and self.overloaded():
             # Cheap to refuse here (no hello, no snapshot); admitting would make every terminal
             # already connected late too, and the queued ones would time out anyway.
             body = "overloaded: retry\n"
             return self._unavailable(ws, "overloaded", body, self.bucket.retry_after_s())
         if verifier is not None:
-            try:
-                claims = await verifier.verify(token)
-            except AuthError as exc:
-                return self._unauthorized(ws, address, exc.reason)
+            if claims is None:
+                try:
+                    claims = await verifier.verify(checked)
+                except AuthError as exc:
+                    return self._unauthorized(ws, address, exc.reason)
             if claims.expires_in(self.clock.wall_ns() / 1e9) <= 0:
                 # Inside the verifier's leeway but already past exp: a session would be closed
                 # at once and the terminal would loop. Refuse it like any expired token.
@@ -130,9 +141,21 @@ class UpgradeGate:
     def claims_for(self, ws: ServerConnection) -> Claims | None:
         return self._claims.pop(ws, None)
 
+    def _cached(self, verifier: TokenVerifier, request: HttpRequest) -> Claims | None:
+        """The request token's cached claims if they are still good now, else None."""
+        try:
+            token = token_from_request(request.headers.raw_items(), urlsplit(request.path).query)
+        except AuthError:  # two Authorization headers: not a terminal we know
+            return None
+        claims = verifier.cached(token)
+        if claims is None or claims.expires_in(self.clock.wall_ns() / 1e9) <= 0:
+            return None
+        return claims
+
 
 def _source_address(ws: ServerConnection) -> str:
-    """The TCP peer's address. Behind an L4 balancer this is the balancer's, not the terminal's:
-    monotape does not read the PROXY protocol (docs/auth.md)."""
+    """What the failed-upgrade cap counts the TCP peer as (``source_key``: IPv6 by its /64).
+    Behind an L4 balancer this is the balancer's address, not the terminal's: monotape does
+    not read the PROXY protocol (docs/auth.md)."""
     remote = ws.remote_address
-    return str(remote[0]) if remote else "?"
+    return source_key(str(remote[0])) if remote else "?"

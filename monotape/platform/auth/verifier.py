@@ -45,6 +45,7 @@ __all__ = [
     "REASONS",
     "AuthError",
     "Claims",
+    "Prechecked",
     "TokenVerifier",
     "token_from_request",
     "www_authenticate",
@@ -101,6 +102,17 @@ class Claims(msgspec.Struct, frozen=True, kw_only=True):
     def expires_in(self, now_wall_s: float) -> float:
         """Seconds until ``exp`` (0.0 when already past): the server closes the session then."""
         return max(0.0, self.exp - now_wall_s)
+
+
+class Prechecked(msgspec.Struct, frozen=True):
+    """A token whose shape ``precheck`` accepted, and its fingerprint (sha256 of its bytes).
+
+    Handed back to ``verify`` so that the length check, the pattern and the sha256 run once per
+    upgrade. Only ``precheck`` makes one: the fingerprint is the cache key, so a value built by
+    hand with another token's fingerprint would be served that token's claims."""
+
+    token: str
+    fingerprint: bytes
 
 
 class _Header(msgspec.Struct):
@@ -197,29 +209,39 @@ class TokenVerifier:
         self.verify_seconds_total = 0.0  # wall time spent in full verifications (pool threads)
 
     # -- the public surface ----------------------------------------------------------------
-    def precheck(self, token: str | None) -> None:
+    def precheck(self, token: str | None) -> Prechecked:
         """Refuse a missing, oversized or malformed token on the spot (``AuthError``, counted):
         what needs no key, no thread and no cache, so a flood of such upgrades costs nothing
-        else (the server checks this before it charges any admission budget)."""
+        else (the server checks this before it charges any admission budget). Pass the result
+        to ``verify``, which then does not repeat these checks."""
         try:
-            self._admit(token)
+            return self._admit(token)
         except AuthError as exc:
             self.refused[exc.reason] += 1
             raise
 
-    async def verify(self, token: str | None) -> Claims:
+    def cached(self, token: str | None) -> Claims | None:
+        """The claims of ``token`` if it verified before and is not past ``exp`` + leeway; else
+        None, whatever the reason (nothing refused is counted, no thread is used). The gate asks
+        this of an address that is over its failure allowance: a cached token costs no work."""
+        try:
+            return self._lookup(self._admit(token).fingerprint)
+        except AuthError:
+            return None
+
+    async def verify(self, token: str | Prechecked | None) -> Claims:
         """Claims for ``token`` or ``AuthError``; a full verification runs in the pool."""
         try:
-            fp = self._admit(token)
+            checked = token if isinstance(token, Prechecked) else self._admit(token)
+            fp = checked.fingerprint
             claims = self._lookup(fp)
             if claims is not None:
                 return claims
             fut = self._inflight.get(fp)
             if fut is None:
                 self.cache_misses += 1
-                assert token is not None
                 loop = asyncio.get_running_loop()
-                fut = loop.run_in_executor(self._executor, self._decode, token)
+                fut = loop.run_in_executor(self._executor, self._decode, checked.token)
                 self._inflight[fp] = fut
                 fut.add_done_callback(partial(self._settle, fp))
             else:
@@ -234,13 +256,13 @@ class TokenVerifier:
     def verify_sync(self, token: str | None) -> Claims:
         """The same decision on the calling thread (tests, benchmarks, the CLI); not on the loop."""
         try:
-            fp = self._admit(token)
+            checked = self._admit(token)
+            fp = checked.fingerprint
             claims = self._lookup(fp)
             if claims is not None:
                 return claims
             self.cache_misses += 1
-            assert token is not None
-            claims, seconds = self._decode(token)
+            claims, seconds = self._decode(checked.token)
             self.verify_seconds_total += seconds
             self._store(fp, claims)
             return claims
@@ -258,15 +280,15 @@ class TokenVerifier:
             self._executor.shutdown(wait=False, cancel_futures=True)
 
     # -- on the loop: cheap checks, the cache ------------------------------------------------
-    def _admit(self, token: str | None) -> bytes:
-        """Refuse what needs no parsing; return the fingerprint (sha256 of the token bytes)."""
+    def _admit(self, token: str | None) -> Prechecked:
+        """Refuse what needs no parsing; return the token with its fingerprint (sha256)."""
         if not token:
             raise AuthError("missing token")
         if len(token) > self.max_token_bytes:  # before encoding: a 10 MB header costs nothing
             raise AuthError("token too large")
         if _COMPACT_JWS.fullmatch(token) is None:  # base64url and two dots, nothing else
             raise AuthError("malformed token")
-        return hashlib.sha256(token.encode("ascii")).digest()
+        return Prechecked(token, hashlib.sha256(token.encode("ascii")).digest())
 
     def _now_s(self) -> float:
         return self._clock.wall_ns() / 1e9

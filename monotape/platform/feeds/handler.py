@@ -23,7 +23,7 @@ from typing import Any, Protocol
 from monotape.clock import Clock
 from monotape.platform.feeds.epochs import RETAINED_RECORDS, EpochRecord, EpochStore
 from monotape.platform.feeds.simulator import VenueUpdate
-from monotape.platform.feeds.validate import Refusal, TickGate, tick_problem
+from monotape.platform.feeds.validate import WIRE_IIDS, Refusal, TickGate, carried, tick_problem
 from monotape.platform.model import Tick
 
 __all__ = ["FeedHandler", "make_handler_pair"]
@@ -65,7 +65,12 @@ class FeedHandler:
         # stream went backwards (a venue or handler fault; monotape_feed_backwards_total). Not
         # the twins' normal race, which the sequencer counts as duplicates and regressions.
         self.backwards = 0
-        self._newest: dict[int, tuple[int, int]] = {}  # iid -> newest version delivered
+        # The newest version delivered per iid, as two flat lists indexed by iid (sized by the
+        # universe, grown if the gate changes): two list reads per tick, and a tuple is
+        # compared only when the epoch differs (a restart's fence), never built per tick.
+        self._newest_epoch: list[int] = []  # -1: nothing delivered yet (epochs are >= 0)
+        self._newest_seq: list[int] = []
+        self._size_newest(len(gate.venue_of) if gate is not None else WIRE_IIDS)
         self._epochs = epochs
         self._clock = clock
         self._records: list[EpochRecord] = []
@@ -120,6 +125,12 @@ class FeedHandler:
             # records and therefore stamp the same epochs.
             del self._records[:-RETAINED_RECORDS]
 
+    def _size_newest(self, n_iids: int) -> None:
+        grow = n_iids - len(self._newest_seq)
+        if grow > 0:
+            self._newest_epoch.extend([-1] * grow)
+            self._newest_seq.extend([0] * grow)
+
     def _drop_pending(self) -> None:
         self._pending.clear()
         self._pending_count = 0
@@ -165,8 +176,10 @@ class FeedHandler:
         update_ids = self.update_ids
         gate = self.gate
         venue_of = gate.venue_of if gate is not None else None
-        n_iids = len(venue_of) if venue_of is not None else 0x10000  # the wire's uint16 ids
-        newest = self._newest
+        if venue_of is not None and len(venue_of) > len(self._newest_seq):
+            self._size_newest(len(venue_of))
+        newest_epochs = self._newest_epoch
+        newest_seqs = self._newest_seq
         backwards = 0
         while pending and pending[0][0] <= now:
             _, batch = pending.popleft()
@@ -186,14 +199,11 @@ class FeedHandler:
                     seq = u.update_id
                 else:
                     seq = ts
-                # The door (``validate``): ``x >> 63`` is 0 iff 0 <= x < 2**63, and an OR is out
-                # of range iff a term is. A negative price (legal, rare) takes the careful path.
-                if (
-                    (bid | ask | last | ts) >> 63
-                    or (seq | size) >> 64
-                    or not 0 <= iid < n_iids
-                    or (venue_of is not None and venue_of[iid] != venue)
-                ) and not self._admissible(u, seq, now):
+                # The door (``validate.carried``); a negative price (legal, rare) fails the fast
+                # test and takes the careful path.
+                if not carried(iid, venue, bid | ask | last | ts, seq | size, venue_of) and (
+                    not self._admissible(u, seq, now)
+                ):
                     continue
                 # Fast path: a live handler's updates are past the newest fence.
                 if ts >= newest_fence:
@@ -204,12 +214,17 @@ class FeedHandler:
                         if r.fence_ts_ns <= ts:
                             epoch = r.epoch
                             break
-                version = (epoch, seq)
-                held = newest.get(iid)
-                if held is not None and version < held:
-                    backwards += 1  # delivered all the same: the sequencer refuses it
-                else:
-                    newest[iid] = version
+                held_epoch = newest_epochs[iid]
+                if epoch == held_epoch:
+                    if seq < newest_seqs[iid]:
+                        backwards += 1  # delivered all the same: the sequencer refuses it
+                    else:
+                        newest_seqs[iid] = seq
+                elif epoch < held_epoch:
+                    backwards += 1
+                else:  # a newer epoch (or the symbol's first update): above anything held
+                    newest_epochs[iid] = epoch
+                    newest_seqs[iid] = seq
                 out.append(Tick(iid, venue, epoch, seq, ts, bid, ask, last, size, name, now))
         self.delivered += len(out)
         self.backwards += backwards
@@ -218,9 +233,7 @@ class FeedHandler:
     def _admissible(self, u: VenueUpdate, seq: int, now: int) -> bool:
         """The careful look at an update the fast test did not pass: refuse it (counted, and
         logged now and then) unless it is fine after all (a negative price)."""
-        venue_of: tuple[str | None, ...] = (
-            self.gate.venue_of if self.gate is not None else (self.venue,) * 0x10000
-        )
+        venue_of = self.gate.venue_of if self.gate is not None else None
         probe = Tick(u.iid, self.venue, 0, seq, u.venue_ts_ns, u.bid, u.ask, u.last, u.size,
                      self.name, now)  # fmt: skip
         problem = tick_problem(probe, venue_of)

@@ -30,12 +30,13 @@ from monotape.log import log_event
 from monotape.platform.failures import LOG_EVERY_S, LogFn, Throttle
 from monotape.platform.model import Instrument, Tick
 
-__all__ = ["UNKNOWN_VENUE", "Refusal", "TickGate", "tick_problem"]
+__all__ = ["UNKNOWN_VENUE", "WIRE_IIDS", "Refusal", "TickGate", "carried", "tick_problem"]
 
 _U64: int = 1 << 64
 _I64_MIN: int = -(1 << 63)
 _I64_MAX: int = (1 << 63) - 1
 UNKNOWN_VENUE = "unknown"  # the label of a refused tick whose venue is not one of ours
+WIRE_IIDS = 1 << 16  # the wire dictionary's ids are uint16
 
 
 class Refusal(enum.StrEnum):
@@ -52,14 +53,37 @@ class Refusal(enum.StrEnum):
     UNDECODABLE = "undecodable"  # not a tick at all (a NATS batch item of the wrong shape)
 
 
-def tick_problem(tick: Tick, venue_of: Sequence[str | None]) -> tuple[Refusal, str] | None:
+def carried(
+    iid: int, venue: str, signed: int, unsigned: int, venue_of: Sequence[str | None] | None
+) -> bool:
+    """The doors' fast test, shared by the gate and the feed handlers: True when the pipeline
+    surely carries the tick. False is not a refusal: ``tick_problem`` judges what fails here.
+
+    ``signed`` is the OR of the fields held in 0 .. 2**63-1 (prices, timestamps) and ``unsigned``
+    the OR of the uint64 ones: ``x >> 63`` is 0 iff 0 <= x < 2**63, and an OR is out of range
+    iff one of its terms is, so a whole tick costs two shifts (it runs for every tick of both
+    handlers of a pair, ~30 ns per comparison on the 2 vCPU box). A negative price (legal,
+    rare) fails it and takes the careful path. ``venue_of`` None: no dictionary to hold the
+    tick to (a handler without a gate), only the wire's id range."""
+    if signed >> 63 or unsigned >> 64:
+        return False
+    if venue_of is None:
+        return 0 <= iid < WIRE_IIDS
+    return 0 <= iid < len(venue_of) and venue_of[iid] == venue
+
+
+def tick_problem(tick: Tick, venue_of: Sequence[str | None] | None) -> tuple[Refusal, str] | None:
     """Why the pipeline cannot carry ``tick`` (the reason and a one-line detail naming the field
     and its value), or None when it can. ``venue_of[iid]`` is each instrument's venue (None for
-    an iid the dictionary does not have)."""
+    an iid the dictionary does not have); ``venue_of`` None holds the iid to the wire's id range
+    only, and the venue not at all."""
     iid = tick.iid
-    if not 0 <= iid < len(venue_of) or not venue_of[iid]:
+    if venue_of is None:
+        if not 0 <= iid < WIRE_IIDS:
+            return Refusal.UNKNOWN_IID, f"iid {iid} is not a wire id (uint16)"
+    elif not 0 <= iid < len(venue_of) or not venue_of[iid]:
         return Refusal.UNKNOWN_IID, f"iid {iid} is not in the instrument dictionary"
-    if tick.venue != venue_of[iid]:
+    elif tick.venue != venue_of[iid]:
         return Refusal.WRONG_VENUE, f"iid {iid} is listed on {venue_of[iid]}, not {tick.venue!r}"
     for name in ("bid", "ask", "last"):
         value = getattr(tick, name)
@@ -109,20 +133,13 @@ class TickGate:
         """``ticks`` minus the ones the pipeline cannot carry (the same object when all pass:
         the common case costs one pass of comparisons, no copy)."""
         venue_of = self.venue_of
-        n = len(venue_of)
         for t in ticks:
-            iid = t.iid
-            # One expression, inlined: this runs for every tick of both handlers of a pair
-            # (~30 ns per comparison on the 2 vCPU box, so as few as can be). ``x >> 63`` is 0
-            # iff 0 <= x < 2**63, and an OR is out of range iff one of its terms is; a negative
-            # price (legal, rare) fails this fast test and is judged by ``tick_problem``.
-            if (
-                0 <= iid < n
-                and venue_of[iid] == t.venue
-                and not (
-                    (t.bid | t.ask | t.last | t.venue_ts_ns | t.decoded_ns | t.admitted_ns) >> 63
-                    or (t.epoch | t.seq | t.size) >> 64
-                )
+            if carried(
+                t.iid,
+                t.venue,
+                t.bid | t.ask | t.last | t.venue_ts_ns | t.decoded_ns | t.admitted_ns,
+                t.epoch | t.seq | t.size,
+                venue_of,
             ):
                 continue
             return self._sift(ticks, where)

@@ -27,8 +27,9 @@ import msgspec
 import websockets
 from msgspec import Meta
 from prometheus_client.parser import text_string_to_metric_families
-from websockets.exceptions import InvalidStatus
+from websockets.exceptions import InvalidHandshake, InvalidStatus, InvalidURI
 
+from monotape.clientside import redact
 from monotape.metric_names import (
     AUTH_CACHE_HITS,
     AUTH_CACHE_MISSES,
@@ -36,7 +37,7 @@ from monotape.metric_names import (
     EVENT_LOOP_LAG_MAX,
 )
 from monotape.platform import codec
-from monotape.platform.churn import ChurnRefused, check_loopback
+from monotape.platform.churn import ChurnFailed, ChurnRefused, check_loopback
 from monotape.platform.load.report import (
     LoadProgress,
     LoadReport,
@@ -49,7 +50,7 @@ from monotape.platform.load.worker import Job, Knobs, WorkerResult, worker_main
 from monotape.platform.sdk import parse_retry_after
 from monotape.platform.watchlists import zipf_watchlists
 
-__all__ = ["LoadConfig", "LoadRefused", "run_load"]
+__all__ = ["LoadConfig", "LoadFailed", "LoadRefused", "run_load"]
 
 Positive = Annotated[float, Meta(gt=0)]
 _COLLECT_GRACE_S: Final = 20.0  # after the run's bound, for workers to close and report
@@ -57,6 +58,11 @@ _COLLECT_GRACE_S: Final = 20.0  # after the run's bound, for workers to close an
 
 class LoadRefused(ChurnRefused):
     """The URL is not one the harness will aim at (not ws://, or not loopback)."""
+
+
+class LoadFailed(ChurnFailed):
+    """The probe connection could not read the dictionary: the node refused the upgrade
+    (``failure`` is the ``InvalidStatus``) or nothing answered (an ``OSError``)."""
 
 
 class LoadConfig(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
@@ -76,24 +82,19 @@ class LoadConfig(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_field
     seed: int = 1
 
 
-def _redact(url: str) -> str:
-    p = urlsplit(url)
-    return urlunsplit((p.scheme, p.netloc, p.path, "", ""))
-
-
 def check_target(url: str) -> None:
     """LoadRefused unless ``url`` is ws:// or wss:// on loopback."""
     try:
         check_loopback(url)
     except ChurnRefused as exc:
         msg = str(exc).replace("churn", "the load harness", 1)
-        raise LoadRefused(f"{msg} (url {_redact(url)})") from None
+        raise LoadRefused(f"{msg} (url {redact(url)})") from None
 
 
 def check_admin(url: str) -> None:
     p = urlsplit(url)
     if p.scheme not in ("http", "https"):
-        raise LoadRefused(f"admin URL must be http:// or https://, got {_redact(url)!r}")
+        raise LoadRefused(f"admin URL must be http:// or https://, got {redact(url)!r}")
     check_target(urlunsplit(("ws", p.netloc, "/", "", "")))
 
 
@@ -186,8 +187,8 @@ def run_load(
 ) -> LoadReport:
     """Replay ``trace`` against ``url`` (loopback only; LoadRefused otherwise) and report.
 
-    Returns within about the trace's duration + ``cfg.drain_s`` + startup; raises OSError (or
-    InvalidStatus) if the probe connection that reads the dictionary fails."""
+    Returns within about the trace's duration + ``cfg.drain_s`` + startup; raises LoadFailed if
+    the probe connection that reads the dictionary is refused or finds nothing listening."""
     cfg = cfg or LoadConfig()
     check_target(url)
     if cfg.admin_url is not None:
@@ -195,7 +196,14 @@ def run_load(
     plans = plan_sessions(trace, cfg.seed)
     if len(plans) > cfg.max_sessions:
         raise ValueError(f"trace plans {len(plans)} sessions, max_sessions is {cfg.max_sessions}")
-    keys = asyncio.run(_probe_keys(url, cfg.open_timeout_s))
+    try:
+        keys = asyncio.run(_probe_keys(url, cfg.open_timeout_s))
+    except (InvalidHandshake, InvalidURI, OSError, TimeoutError) as exc:
+        # Never str(exc) whole: an InvalidURI would print the URL, and the token in its query.
+        why = getattr(exc, "strerror", None) or type(exc).__name__
+        if isinstance(exc, InvalidStatus):
+            why = f"HTTP {exc.response.status_code}"
+        raise LoadFailed(f"cannot read the dictionary from {redact(url)}: {why}", exc) from None
     lists = _watchlists(keys, [p.size for p in plans], cfg.seed)
     knobs = Knobs(
         backoff_base_s=cfg.backoff_base_s,
@@ -372,7 +380,7 @@ def _merge(
     due, up = total("due_at_end"), total("up_at_end")
     peak = max([s.connected for s in timeline] + [r.peak for r in rs] + [0])
     return LoadReport(
-        url=_redact(url),
+        url=redact(url),
         trace=trace.name,
         processes=n,
         elapsed_s=round(elapsed, 3),
