@@ -49,6 +49,7 @@ def banner(node: Node, cfg: Config) -> str:
         f"  health     http://{host}:{node.admin_port}/healthz\n"
         f"  admin      http://{host}:{node.admin_port}/admin/  "
         f"(Authorization: Bearer $(monotape token{dd} --sub you --admin))\n"
+        f"  dashboards http://{host}:{node.admin_port}/dashboards  (sign in with an admin token)\n"
         f"  symbols    monotape symbols{dd} [PATTERN]\n"
         f"  data dir   {Path(cfg.data_dir).resolve()}\n"
         "Ctrl-C stops it (drains terminals first; Ctrl-C again closes them at once)."

@@ -16,7 +16,6 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -416,12 +415,9 @@ async def test_a_dashboard_request_copies_only_that_dashboards_series() -> None:
         return out
 
     ring.window = spy  # type: ignore[method-assign]
-    node = SimpleNamespace(
-        dashboard_ring=ring,
-        clock=FakeClock(),
-        gc_monitor=SimpleNamespace(pauses_between=lambda start, end: []),
-    )
-    data = dashboard_handlers(node)["/admin/dashboards/{uid}"]  # type: ignore[arg-type]
+    clock = FakeClock()
+    handlers = dashboard_handlers(ring, lambda: clock.wall_ns() // 1_000_000, lambda a, b: [])
+    data = handlers["/admin/dashboards/{uid}"]
     d = dashboard("monotape-fanout")
     scope = {
         "type": "http",

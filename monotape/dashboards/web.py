@@ -25,7 +25,9 @@ from .queries import sample_names
 from .view import WINDOWS, dashboard_from, snapshot
 
 if TYPE_CHECKING:
-    from monotape.platform.node import Node
+    from monotape.histograms.gc import GcPause
+
+    from .sampler import SampleRing
 
 __all__ = ["DASHBOARD_ENDPOINTS", "STATIC_DIR", "dashboard_handlers", "static_mount"]
 
@@ -54,7 +56,13 @@ def _json(body: Any, status: int = 200) -> Response:
     return Response(msgspec.json.encode(body), status_code=status, media_type="application/json")
 
 
-def dashboard_handlers(node: Node) -> dict[str, Handler]:
+def dashboard_handlers(
+    ring: SampleRing,
+    wall_ms: Callable[[], int],
+    pauses_between: Callable[[int, int], list[GcPause]],
+) -> dict[str, Handler]:
+    """The routes, over what they read: the node's sample ring, its wall clock and its GC
+    pauses (not the whole node: the dashboards depend on data, not on the composition root)."""
     drawn = {d.uid: _names_drawn(d) for d in DASHBOARDS}
 
     async def page(request: Request) -> Response:
@@ -93,9 +101,9 @@ def dashboard_handlers(node: Node) -> dict[str, Handler]:
         # Copy the window on the loop (the sampler writes the ring there), do the arithmetic
         # in a worker thread: tens of ms for a busy dashboard must not delay a frame. Only this
         # dashboard's series are copied (a few dozen of the ring's ~260).
-        snap = snapshot(node.dashboard_ring, window_s, drawn[d.uid])
-        end_ms = node.clock.wall_ns() // 1_000_000
-        pauses = node.gc_monitor.pauses_between(end_ms - window_s * 1000 - 1000, end_ms + 1)
+        snap = snapshot(ring, window_s, drawn[d.uid])
+        end_ms = wall_ms()
+        pauses = pauses_between(end_ms - window_s * 1000 - 1000, end_ms + 1)
         body = await run_in_threadpool(dashboard_from, d, snap, pauses, window_s)
         return _json(body)
 

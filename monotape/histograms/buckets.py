@@ -15,7 +15,7 @@ are the recorder's whole microseconds, so a bucket bound is exact to 1 µs.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -24,10 +24,12 @@ from prometheus_client.registry import Collector
 
 from monotape import metric_names as m
 
-if TYPE_CHECKING:
-    from .recorder import StageRecorder
-
-__all__ = ["STAGE_DURATION_BUCKETS_S", "DurationBuckets", "StageDurationCollector"]
+__all__ = [
+    "STAGE_DURATION_BUCKETS_S",
+    "DurationBuckets",
+    "StageBuckets",
+    "StageDurationCollector",
+]
 
 # Upper bounds (seconds): 1-20 ms for the fast stages and the 5 ms priority budget; 40 ms (one
 # frame), 45 ms (conflated p99 on loopback), 50 ms; 80 ms (tick to glass over a WAN); then the
@@ -85,6 +87,16 @@ class DurationBuckets:
         return out
 
 
+class StageBuckets(Protocol):
+    """What the collector reads of a stage recorder (``StageRecorder`` is one)."""
+
+    @property
+    def stage(self) -> str: ...
+
+    @property
+    def buckets(self) -> DurationBuckets: ...
+
+
 class StageDurationCollector(Collector):
     """``monotape_stage_duration_seconds{stage}`` for every recorder ``recorders()`` yields.
 
@@ -92,7 +104,7 @@ class StageDurationCollector(Collector):
     batch fills, at least at every 10 s rotation), so the histogram never runs ahead of the
     interval logs it mirrors."""
 
-    def __init__(self, recorders: Callable[[], Iterable[StageRecorder]]) -> None:
+    def __init__(self, recorders: Callable[[], Iterable[StageBuckets]]) -> None:
         self._recorders = recorders
 
     def collect(self) -> Iterator[Metric]:

@@ -472,7 +472,11 @@ def build_admin_app(node: Node) -> Starlette:
         "/admin/symbols/{key}": symbol,
         "/admin/feeds": feeds,
         "/admin/invariants": invariants,
-        **dashboard_handlers(node),
+        **dashboard_handlers(
+            node.dashboard_ring,
+            lambda: node.clock.wall_ns() // 1_000_000,
+            node.gc_monitor.pauses_between,
+        ),
     }
     routes: list[BaseRoute] = [
         Route(path, admin(handlers[path]) if admin_only else handlers[path], methods=[method])
