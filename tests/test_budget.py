@@ -15,6 +15,7 @@ from websockets.server import ServerProtocol
 from monotape.platform import codec
 from monotape.platform.budget import ControlBudget, ControlLimits, Overrun
 from monotape.platform.control import TerminalProtocol, close_reason_with_hint
+from tests.conftest import server_frames
 
 S = 1_000_000_000
 OP_BINARY, OP_CLOSE, OP_PONG = 0x2, 0x8, 0xA
@@ -83,18 +84,7 @@ def _client_frame(opcode: int, payload: bytes) -> bytes:
 
 def _written(protocol: ServerProtocol) -> list[tuple[int, bytes]]:
     """(opcode, payload) of each frame the protocol would write (server frames: unmasked)."""
-    data = b"".join(protocol.data_to_send())
-    frames = []
-    i = 0
-    while i + 2 <= len(data):
-        opcode, n = data[i] & 0x0F, data[i + 1] & 0x7F
-        i += 2
-        if n == 126:
-            (n,) = struct.unpack_from("!H", data, i)
-            i += 2
-        frames.append((opcode, data[i : i + n]))
-        i += n
-    return frames
+    return server_frames(b"".join(protocol.data_to_send()))
 
 
 def test_pings_over_the_budget_get_no_pong_but_a_close_message_and_1008() -> None:
