@@ -133,4 +133,5 @@ def test_correlated_vs_poisson_same_mean(server_factory: Factory) -> None:
     assert a.mean_connects_per_s == b.mean_connects_per_s
     assert a.rejected_503 > b.rejected_503
     assert a.connect_ms.p99 > b.connect_ms.p99
-    assert a.peak_concurrent >= b.peak_concurrent
+    # no assertion on peak_concurrent: both reach ~all 1,500, and the storm's few terminals
+    # still in backoff (or abandoned) can leave its peak one or two below Poisson's
