@@ -40,7 +40,7 @@ bench: $(STAMP)
 # make soak HOURS=8 RATE=1.3 (defaults: 1 h at 1.3x); more flags: ARGS='--report-every 60'.
 .PHONY: soak
 soak: $(STAMP)
-	HOURS="$(HOURS)" RATE="$(RATE)" $(PY) -m monotape.platform.soak $(ARGS)
+	HOURS="$(HOURS)" RATE="$(RATE)" $(PY) -m monotape.loadgen.soak $(ARGS)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -26,9 +26,9 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from bench.common import row
-from monotape.platform import codec
-from monotape.platform.codec import FLAG_DELTA, FLAG_NEW_EPOCH, FLAG_SEQ64, CodecError, Record
 from monotape.platform.model import Tick
+from monotape.platform.wire import codec
+from monotape.platform.wire.codec import FLAG_DELTA, FLAG_NEW_EPOCH, FLAG_SEQ64, CodecError, Record
 
 __all__ = ["run", "sample"]
 
@@ -37,7 +37,7 @@ NS_SEQ0 = 1_760_000_000_000_000_000
 FRAME_RECORDS = 40  # records per decoded FRAME (a terminal's watchlist-sized payload)
 
 
-# --- frozen copy of the previous implementation (monotape/platform/codec.py before the table
+# --- frozen copy of the previous implementation (monotape/platform/wire/codec.py before the table
 # fast paths); the peer of every row. Do not "fix" it: it is the baseline. -------------------
 
 _U64: Final = 1 << 64

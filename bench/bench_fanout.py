@@ -7,7 +7,7 @@ Two processes per measurement, on loopback (127.0.0.1), bounded in time:
   - ``naive``: ``websockets.asyncio.server`` (compression=None); per frame, per connection, the
     changed symbols of its watchlist JSON-encoded with stdlib ``json`` and ``await ws.send()``
     (the seed team's first version);
-  - ``monotape``: the real ``monotape.platform.server.FanoutServer`` with a real ``Sequencer``:
+  - ``monotape``: the real ``FanoutServer`` (``platform/server/``) with a real ``Sequencer``:
     per frame ``sequencer.on_ticks(ticks, now)``, ``sequencer.take_frame(boundary)``,
     ``server.publish_frame(frame)``; clients subscribe with binary msgpack requests;
   - ``floor``: the same websockets handshake, then per frame one bare ``transport.write`` per
@@ -79,8 +79,8 @@ class Workload:
     """Instruments, watchlists and the per-frame ticks, deterministic for ``seed``."""
 
     def __init__(self, connections: int, seed: int = SEED, change: float = CHANGE_SHARE) -> None:
+        from monotape.loadgen.watchlists import zipf_watchlists
         from monotape.platform.feeds.simulator import build_universe, venues_with_update_ids
-        from monotape.platform.watchlists import zipf_watchlists
 
         self.universe = build_universe()
         self.keys = [inst.key for inst in self.universe]
@@ -182,8 +182,8 @@ class _Monotape(_Bench):
     async def start(self) -> int:
         from monotape.clock import SystemClock
         from monotape.config import ServerConfig
-        from monotape.platform.sequencer import Sequencer
-        from monotape.platform.server import FanoutServer
+        from monotape.platform.core.sequencer import Sequencer
+        from monotape.platform.server.fanout_server import FanoutServer
 
         self.seq = Sequencer(lanes=4)
         cfg = ServerConfig(host="127.0.0.1", ws_port=0)
@@ -235,7 +235,7 @@ class _WsBench(_Bench):
         raise NotImplementedError
 
     async def _handler(self, ws: Any) -> None:
-        from monotape.platform.requests import RequestError, Subscribe, decode_request
+        from monotape.platform.wire.requests import RequestError, Subscribe, decode_request
 
         key = id(ws)
         try:
@@ -312,16 +312,16 @@ class _Floor(_WsBench):
     """One bare ``transport.write`` of monotape's own pre-framed payload per connection."""
 
     def _on_subscribe(self, ws: Any, iids: list[int]) -> None:
-        from monotape.platform.fanout import subscription_signature
+        from monotape.platform.core.fanout import subscription_signature
 
         self.conns[id(ws)] = (ws.transport, subscription_signature(iids))
 
     async def start(self) -> int:
         # Build, before anything is measured, the exact bytes monotape would write per frame
         # per signature (same sequencer, codec and plan_payloads as the real server).
-        from monotape.platform import codec
-        from monotape.platform.fanout import SubscriptionIndex, plan_payloads
-        from monotape.platform.sequencer import Sequencer
+        from monotape.platform.core.fanout import SubscriptionIndex, plan_payloads
+        from monotape.platform.core.sequencer import Sequencer
+        from monotape.platform.wire import codec
 
         seq = Sequencer(lanes=4)
         index = SubscriptionIndex()
@@ -442,7 +442,7 @@ async def _serve(args: argparse.Namespace) -> None:
 async def _client(args: argparse.Namespace) -> None:
     import psutil
 
-    from monotape.platform.requests import Subscribe, encode_request
+    from monotape.platform.wire.requests import Subscribe, encode_request
 
     work = Workload(args.connections)
     loop = asyncio.get_running_loop()

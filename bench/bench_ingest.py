@@ -25,9 +25,9 @@ from collections.abc import Callable
 from itertools import accumulate
 from typing import Any
 
-from monotape.platform.conflation import next_boundary
+from monotape.platform.core.conflation import next_boundary
+from monotape.platform.core.sequencer import Sequencer
 from monotape.platform.model import Tick
-from monotape.platform.sequencer import Sequencer
 
 __all__ = ["make_stream", "run"]
 

@@ -27,8 +27,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from bench.common import row
-from monotape.platform.bus import InProcessBus
-from monotape.platform.bus_nats import NatsServer, NatsTickBus, TickCodec, find_nats_server
+from monotape.platform.bus.memory import InProcessBus
+from monotape.platform.bus.nats_bus import NatsServer, NatsTickBus, TickCodec, find_nats_server
 from monotape.platform.model import Tick
 
 __all__ = ["run"]

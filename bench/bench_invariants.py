@@ -25,9 +25,9 @@ from monotape.invariants import (
     NoDanglingEntries,
     SubscriptionCardinality,
 )
-from monotape.platform.fanout import SubscriptionIndex
+from monotape.loadgen.watchlists import zipf_watchlists
+from monotape.platform.core.fanout import SubscriptionIndex
 from monotape.platform.feeds.simulator import build_universe
-from monotape.platform.watchlists import zipf_watchlists
 
 __all__ = ["run"]
 

@@ -84,11 +84,11 @@ from bench.bench_storm import (
 from bench.common import median_min_max, raise_nofile, row
 from bench.wsclient import KINDS, client_frame
 from monotape.histograms import ALL_STAGES, STAGES
+from monotape.loadgen.watchlists import zipf_watchlists
 from monotape.metric_names import CONNECTIONS, EVENT_LOOP_LAG_MAX
-from monotape.platform.codec import Kind
 from monotape.platform.feeds.simulator import build_universe
-from monotape.platform.requests import SetPriority, Subscribe, encode_request
-from monotape.platform.watchlists import zipf_watchlists
+from monotape.platform.wire.codec import Kind
+from monotape.platform.wire.requests import SetPriority, Subscribe, encode_request
 
 __all__ = ["run"]
 

@@ -19,8 +19,8 @@ import time
 from itertools import accumulate
 from typing import Any
 
-from monotape.platform.fanout import SubscriptionIndex, plan_payloads
-from monotape.platform.watchlists import describe_distribution, zipf_watchlists
+from monotape.loadgen.watchlists import describe_distribution, zipf_watchlists
+from monotape.platform.core.fanout import SubscriptionIndex, plan_payloads
 
 __all__ = ["run"]
 

@@ -22,12 +22,12 @@ from bench.common import row
 from monotape.clock import FakeClock
 from monotape.config import SimulatorConfig
 from monotape.histograms import Recorders
-from monotape.platform import codec
+from monotape.platform.core.sequencer import Sequencer
+from monotape.platform.core.stamps import StageStamps
 from monotape.platform.feeds.epochs import MemoryEpochStore
 from monotape.platform.feeds.handler import make_handler_pair
 from monotape.platform.feeds.simulator import VenueSimulator, build_universe, venues_with_update_ids
-from monotape.platform.sequencer import Sequencer
-from monotape.platform.stamps import StageStamps
+from monotape.platform.wire import codec
 
 __all__ = ["run"]
 

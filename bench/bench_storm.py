@@ -3,7 +3,7 @@
 The bench starts ``monotape run`` itself (loopback, ``--ws-port 0 --admin-port 0``, a fresh
 temporary data directory, the ports parsed from its banner as ``tests/conftest.py`` does),
 pinned to CPU 0 from its first instruction (``preexec_fn``, so every thread it starts inherits
-it), and replays a storm with ``monotape.platform.load.run_load`` from load workers pinned to
+it), and replays a storm with ``monotape.loadgen.run_load`` from load workers pinned to
 CPU 1 (the parent pins itself before the 'spawn' workers start; they inherit it, and so do the
 probe connection and the /metrics scraper). Everything is bounded: the trace's duration plus
 ``drain_s``, the server stopped with SIGTERM (killed if it has not left within 30 s).
@@ -59,10 +59,10 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.common import median_min_max, raise_nofile, row
+from monotape.loadgen import LoadConfig, LoadReport, SizeWeight, run_load, storm_trace
+from monotape.loadgen.launch import launch
 from monotape.metric_names import ADMISSION_REJECTED, CONNECTIONS
 from monotape.platform.auth import ensure_dev_keys, mint_token
-from monotape.platform.launch import launch
-from monotape.platform.load import LoadConfig, LoadReport, SizeWeight, run_load, storm_trace
 
 __all__ = ["run"]
 

@@ -36,9 +36,9 @@ def frames(count: int, rate: float | None = None) -> tuple[list[Any], list[Any]]
     """(universe, frames) after ``SKIP_FRAMES`` of warm-up, from the simulator at ``rate``."""
     from monotape.clock import FakeClock
     from monotape.config import SimulatorConfig
+    from monotape.platform.core.sequencer import Sequencer
     from monotape.platform.feeds.simulator import VenueSimulator, build_universe
     from monotape.platform.model import Tick
-    from monotape.platform.sequencer import Sequencer
 
     cfg = SimulatorConfig() if rate is None else SimulatorConfig(rate=rate)
     universe = build_universe(cfg.venues, cfg.instruments, cfg.seed)
@@ -73,15 +73,15 @@ def frames(count: int, rate: float | None = None) -> tuple[list[Any], list[Any]]
 
 
 def _binary(frame_no: int, chunks: list[bytes]) -> bytes:
-    from monotape.platform import codec
+    from monotape.platform.wire import codec
 
     return codec.frame_header(frame_no, len(chunks)) + b"".join(chunks)
 
 
 def run(quick: bool = False, *, count: int | None = None) -> list[dict[str, Any]]:
-    from monotape.platform import codec
-    from monotape.platform.fanout import SubscriptionIndex, plan_payloads
-    from monotape.platform.watchlists import zipf_watchlists
+    from monotape.loadgen.watchlists import zipf_watchlists
+    from monotape.platform.core.fanout import SubscriptionIndex, plan_payloads
+    from monotape.platform.wire import codec
 
     n_frames = count or (25 if quick else 250)
     universe, fr = frames(n_frames)

@@ -3,7 +3,7 @@
 Every mistake a person can make here ends in one line on stderr that says what was wrong and
 what to do, and exit code 2 (``ClientError``, ``ConfigError``, a bad flag), never a traceback.
 The client commands share how they find the node and which token they show it
-(``monotape.clientside``); ``monotape run`` records where it listens in its data dir for them.
+(``commands/clientside.py``); ``monotape run`` records where it listens in its data dir for them.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import msgspec
 from monotape import log
 from monotape.alerts import add_build_arguments as add_alert_build_arguments
 from monotape.alerts import run_build as run_alerts_build
-from monotape.clientside import (
+from monotape.commands.clientside import (
     ClientError,
     admin_url,
     check_data_dir,
@@ -159,13 +159,13 @@ def cmd_run(args: argparse.Namespace) -> int:
             f"--replay {cfg.feeds.replay}: no such file (docs/replay.md describes the format)"
         )
     check_data_dir(cfg.data_dir)
-    from monotape.foreground import run_node
+    from monotape.commands.foreground import run_node
 
     return _runner(run_node(cfg, args.duration))
 
 
 def cmd_tape(args: argparse.Namespace) -> int:
-    from monotape.tape import run_tape
+    from monotape.commands.tape import run_tape
 
     cfg = _config(args, {})
     url = terminal_url(args.url, cfg)
@@ -178,7 +178,7 @@ def cmd_tape(args: argparse.Namespace) -> int:
 
 
 def cmd_symbols(args: argparse.Namespace) -> int:
-    from monotape.symbols import run_symbols
+    from monotape.commands.symbols import run_symbols
 
     cfg = _config(args, {})
     return run_symbols(
@@ -187,7 +187,7 @@ def cmd_symbols(args: argparse.Namespace) -> int:
 
 
 def cmd_token(args: argparse.Namespace) -> int:
-    from monotape.clientside import dev_key_path
+    from monotape.commands.clientside import dev_key_path
 
     cfg = _config(args, {})
     fresh = not args.key and not dev_key_path(cfg).exists()
@@ -211,7 +211,7 @@ def cmd_hdr_report(args: argparse.Namespace) -> int:
 
 
 def cmd_load_churn(args: argparse.Namespace) -> int:
-    from monotape.platform.churn import (
+    from monotape.loadgen.churn import (
         ChurnConfig,
         ChurnFailed,
         ChurnRefused,
@@ -245,7 +245,7 @@ def cmd_load_churn(args: argparse.Namespace) -> int:
 
 
 def _add_churn(load_sub: argparse._SubParsersAction[_Parser]) -> None:
-    from monotape.platform.churn import ChurnConfig
+    from monotape.loadgen.churn import ChurnConfig
 
     churn = load_sub.add_parser(
         "churn",
@@ -267,7 +267,7 @@ def _add_churn(load_sub: argparse._SubParsersAction[_Parser]) -> None:
 
 
 def _load_knobs(args: argparse.Namespace, cfg: Config) -> Any:
-    from monotape.platform.load import LoadConfig
+    from monotape.loadgen import LoadConfig
 
     knobs = {
         f: getattr(args, f)
@@ -281,7 +281,7 @@ def _load_knobs(args: argparse.Namespace, cfg: Config) -> Any:
 def cmd_load_replay(args: argparse.Namespace) -> int:
     from urllib.parse import quote
 
-    from monotape.platform.load import (
+    from monotape.loadgen import (
         LoadRefused,
         TraceError,
         compare,
@@ -290,7 +290,7 @@ def cmd_load_replay(args: argparse.Namespace) -> int:
         run_load,
         storm_trace,
     )
-    from monotape.platform.load.harness import LoadFailed
+    from monotape.loadgen.harness import LoadFailed
 
     cfg = _config(args, {})
     bare = terminal_url(args.url, cfg)
@@ -338,7 +338,7 @@ def cmd_load_replay(args: argparse.Namespace) -> int:
 
 
 def _add_load_replay(load_sub: argparse._SubParsersAction[_Parser]) -> None:
-    from monotape.platform.load import LoadConfig
+    from monotape.loadgen import LoadConfig
 
     replay = load_sub.add_parser(
         "replay", help="replay an arrival trace (docs/load.md) over several processes; loopback"

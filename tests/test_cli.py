@@ -1,7 +1,7 @@
 """The command line in-process: every everyday mistake is one line and exit 2, no traceback.
 
 What needs a running node (ports in use, refused upgrades, Ctrl-C, the endpoints file) is in
-tests/test_e2e_cli.py; these are the mistakes caught before anything starts.
+tests/e2e/test_cli.py; these are the mistakes caught before anything starts.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import pytest
 
 from monotape import log
 from monotape.cli import build_parser, main
-from monotape.clientside import (
+from monotape.commands.clientside import (
     ClientError,
     Credential,
     client_token,
@@ -27,7 +27,7 @@ from monotape.clientside import (
     terminal_url,
 )
 from monotape.config import load_config
-from monotape.platform.endpoints import endpoints_for, read_endpoints, write_endpoints
+from monotape.platform.node.endpoints import endpoints_for, read_endpoints, write_endpoints
 
 
 @pytest.fixture(autouse=True)

@@ -21,7 +21,7 @@ from prometheus_client.registry import CollectorRegistry
 from monotape.clock import Clock
 from monotape.log import log_event
 from monotape.metric_names import EVENT_LOOP_LAG_MAX
-from monotape.platform.looplag import LoopLagMonitor
+from monotape.platform.server.looplag import LoopLagMonitor
 
 __all__ = [
     "HISTORY_S",

@@ -20,7 +20,7 @@ from typing import Final, Protocol
 import msgspec
 
 from monotape.clock import Clock, SystemClock
-from monotape.platform.fanout import SubscriptionIndex
+from monotape.platform.core.fanout import SubscriptionIndex
 
 __all__ = [
     "MAX_OFFENDING",

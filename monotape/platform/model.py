@@ -24,8 +24,8 @@ __all__ = [
 # One grammar for a symbol key, wherever a key enters: the replay loader checks every key at
 # load and a terminal's subscribe checks each key it names (docs/wire.md, Keys). The simulator's
 # universe is generated, not checked at build: its keys obey the grammar by construction, which
-# tests/test_keys.py proves for any venue count, size and seed. Venue: upper-case MIC-like code;
-# symbol: the venue's own ticker. A key the replay accepts can always be subscribed.
+# tests/wire/test_keys.py proves for any venue count, size and seed. Venue: upper-case MIC-like
+# code; symbol: the venue's own ticker. A key the replay accepts can always be subscribed.
 KEY_PATTERN = r"^[A-Z0-9_.-]{1,16}:[A-Za-z0-9_./-]{1,40}$"
 KEY_MAX_LENGTH = 57  # 16 + 1 + 40
 _KEY_RE = re.compile(KEY_PATTERN)

@@ -25,7 +25,7 @@ from typing import Annotated
 import msgspec
 
 from monotape.clock import Clock
-from monotape.platform.admit import DUPLICATE, REGRESSION, admit
+from monotape.platform.core.admit import DUPLICATE, REGRESSION, admit
 from monotape.platform.feeds.validate import Refusal, tick_problem
 from monotape.platform.model import Instrument, Tick, Version, key_problem
 

@@ -18,7 +18,7 @@ source (issue 10: the frame loop died and the node exited 1). So every door chec
 A refused tick is counted per ``(venue, reason)`` (``monotape_ticks_rejected_total``) and logged
 with where it came from (the replay line, the NATS subject, the handler), at most once per
 reason every 10 s. Any tick the gate admits encodes as a full record and as a delta against any
-admitted tick of the same symbol with a lower version (tests/test_poison_ticks.py proves it).
+admitted tick of the same symbol with a lower version (tests/node/test_poison_ticks.py proves it).
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ import enum
 from collections.abc import Callable, Iterable, Sequence
 
 from monotape.log import log_event
-from monotape.platform.failures import LOG_EVERY_S, LogFn, Throttle
 from monotape.platform.model import Instrument, Tick
+from monotape.platform.node.failures import LOG_EVERY_S, LogFn, Throttle
 
 __all__ = ["UNKNOWN_VENUE", "WIRE_IIDS", "Refusal", "TickGate", "carried", "tick_problem"]
 

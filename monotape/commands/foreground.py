@@ -1,0 +1,131 @@
+"""``monotape run`` in the foreground: the banner, the signals, the drain in words.
+
+The banner names what listens and prints commands that work as printed (the client commands
+find this node through its data dir, so the hints carry ``--data-dir`` whenever it is not the
+default). The first Ctrl-C (or SIGTERM) stops the node the way ``POST /admin/drain`` would,
+saying how many terminals it moves and how long that takes, with a progress line a second; a
+second one closes the rest at once; a third leaves without cleanup.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shlex
+import signal
+from pathlib import Path
+from typing import TYPE_CHECKING, Final
+
+from monotape.commands.clientside import ClientError
+from monotape.config import Config
+
+if TYPE_CHECKING:
+    from monotape.platform.node.node import Node
+
+__all__ = ["DEFAULT_DATA_DIR", "banner", "run_node"]
+
+DEFAULT_DATA_DIR: Final = ".monotape"
+
+
+def _say(text: str) -> None:
+    print(text, flush=True)
+
+
+def banner(node: Node, cfg: Config) -> str:
+    """What is listening, and commands that work as printed: the client commands find this
+    node through its data dir, so the hints name the data dir whenever it is not the default."""
+    host = cfg.server.host
+    source = f"replay {cfg.feeds.replay}" if node.replay else f"{len(node.handlers)} feed handlers"
+    keys = [i.key for i in node.universe]
+    example = "XNAS:AAPL" if "XNAS:AAPL" in keys else (keys[0] if keys else "VENUE:SYMBOL")
+    # Absolute: the hint must work from any directory, which is where a new user runs it.
+    where = shlex.quote(str(Path(cfg.data_dir).resolve()))
+    dd = "" if cfg.data_dir == DEFAULT_DATA_DIR else f" --data-dir {where}"
+    return (
+        f"monotape is running: {len(node.universe)} instruments, {source}\n"
+        f"  terminals  ws://{host}:{node.ws_port}/      (try: monotape tape{dd} {example})\n"
+        f"  metrics    http://{host}:{node.admin_port}/metrics\n"
+        f"  health     http://{host}:{node.admin_port}/healthz\n"
+        f"  admin      http://{host}:{node.admin_port}/admin/  "
+        f"(Authorization: Bearer $(monotape token{dd} --sub you --admin))\n"
+        f"  dashboards http://{host}:{node.admin_port}/dashboards  (sign in with an admin token)\n"
+        f"  symbols    monotape symbols{dd} [PATTERN]\n"
+        f"  data dir   {Path(cfg.data_dir).resolve()}\n"
+        "Ctrl-C stops it (drains terminals first; Ctrl-C again closes them at once)."
+    )
+
+
+async def _watch_drain(node: Node) -> None:
+    """Human lines while a stop drains the terminals: how many left, how long to go."""
+    server = node.server
+    while True:
+        await asyncio.sleep(1.0)
+        status = server.drain_status()
+        if status.get("total"):
+            left = max(0.0, status["expected_s"] - status["elapsed_s"])
+            _say(
+                f"draining: {status['closed']} of {status['total']} terminals closed, "
+                f"{status['connections']} still connected, about {left:.0f} s to go"
+            )
+
+
+async def run_node(cfg: Config, duration: float | None) -> int:
+    from monotape.platform.feeds.replay import ReplayError
+    from monotape.platform.node.endpoints import ListenError
+    from monotape.platform.node.node import Node
+
+    try:
+        node = Node(cfg)
+    except ReplayError as exc:
+        raise ClientError(f"--replay: {exc}") from None
+    try:
+        await node.start()
+    except ListenError as exc:
+        raise ClientError(str(exc)) from None
+    _say(banner(node, cfg))
+    loop = asyncio.get_running_loop()
+    signals = 0
+
+    def on_signal(sig: signal.Signals) -> None:
+        nonlocal signals
+        signals += 1
+        if signals == 1:
+            n = len(node.server.connections)
+            if cfg.server.drain_on_stop and n:
+                srv = cfg.server
+                expected = max(0, -(-n // max(1, round(n * srv.drain_fraction))) - 1)
+                _say(
+                    f"stopping ({sig.name}): draining {n} terminals, {srv.drain_fraction:.0%} "
+                    f"every {srv.drain_interval_s:g} s (about {expected * srv.drain_interval_s:.0f}"
+                    " s) so they do not all reconnect at once; press Ctrl-C again to close "
+                    "them now"
+                )
+            else:
+                _say(f"stopping ({sig.name})")
+            node.request_stop()
+        elif signals == 2:
+            _say("stopping now: closing every terminal at once")
+            node.hurry()
+        else:
+            _say("stopped without cleanup")
+            os._exit(130)
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, on_signal, sig)
+    try:
+        if duration:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(node.wait(), duration)
+        else:
+            await node.wait()
+    finally:
+        watcher = asyncio.create_task(_watch_drain(node))
+        try:
+            await node.stop()
+        finally:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
+    _say("monotape stopped" + (": a stage failed (see the log)" if node.failed else ""))
+    return 1 if node.failed else 0

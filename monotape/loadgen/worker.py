@@ -1,0 +1,444 @@
+"""One load worker process: an asyncio loop (uvloop) replaying its share of the terminals.
+
+Started by ``harness.run_load`` with the 'spawn' context. Each terminal waits for its scheduled
+second, connects (``compression=None``, like the terminals), waits for the hello, subscribes to
+its watchlist (one binary ``subscribe``), waits for the first FRAME, then stays until its
+scheduled end and leaves gracefully or with an RST. A 503 or a failed connect backs off by the
+SDK's own policy (``sdk.next_delay``: full jitter, Retry-After and reconnect hints honoured).
+Everything is bounded by the trace's end plus ``drain_s``; every task is finished or cancelled
+and every socket closed before the worker reports.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import random
+import resource
+import time
+from collections.abc import Callable
+from multiprocessing.queues import Queue
+from typing import Any, Final
+
+import msgspec
+import websockets
+from websockets.asyncio.client import ClientConnection
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
+
+from monotape.loadgen.rst import reset
+from monotape.loadgen.trace import SessionPlan
+from monotape.platform.sdk.client import hint_from_reason, next_delay, parse_retry_after
+from monotape.platform.wire import codec
+from monotape.platform.wire.requests import Subscribe, encode_request
+
+__all__ = ["Job", "WorkerResult", "last_gap", "worker_main"]
+
+_MAX_ERROR_SAMPLES: Final = 20
+_WAVES: Final = 16  # attempt numbers tracked separately; later ones land in the last bucket
+_HELLO, _SNAPSHOT, _FRAME, _ERROR, _CLOSE = (
+    codec.Kind.HELLO,
+    codec.Kind.SNAPSHOT,
+    codec.Kind.FRAME,
+    codec.Kind.ERROR,
+    codec.Kind.CLOSE,
+)
+
+
+class Knobs(msgspec.Struct, frozen=True):
+    """The part of LoadConfig a worker needs."""
+
+    backoff_base_s: float
+    backoff_cap_s: float
+    open_timeout_s: float
+    close_timeout_s: float
+    first_frame_timeout_s: float
+    settle_s: float
+    drain_s: float
+    seed: int
+
+
+class Job(msgspec.Struct, frozen=True):
+    wid: int
+    url: str
+    duration_s: int
+    knobs: Knobs
+    plans: list[SessionPlan]
+    watchlists: list[list[str]]  # one per plan
+
+
+class WorkerResult(msgspec.Struct, frozen=True):
+    wid: int
+    connect_ms: list[float]
+    first_frame_ms: list[float]
+    attempts: int
+    rejected: int
+    retries: int
+    waves: list[int]
+    connect_failures: int
+    graceful: int
+    abrupt: int
+    closed_at_end: int
+    lost: int
+    abandoned: int
+    errors: int
+    error_samples: list[str]
+    connected_sessions: int
+    first_frame_sessions: int
+    peak: int
+    last_gap: int  # the last whole second some due terminal of this worker was not receiving
+    due_at_end: int
+    up_at_end: int
+    seconds: list[list[int]]  # per second: attempts, rejected, opened, first_frames, connected
+    cancelled: int
+
+
+def last_gap(due_lo: float, due_hi: float, ups: list[tuple[float, float]]) -> int:
+    """The last whole second s in [due_lo, due_hi) not covered by any [start, end) of ``ups``
+    (disjoint, in order); -1 if every such second is covered."""
+    s = math.ceil(due_hi) - 1
+    lo = math.ceil(due_lo)
+    for start, end in reversed(ups):
+        if s < lo:
+            return -1
+        if s >= end:
+            return s
+        if s >= start:
+            s = math.ceil(start) - 1
+    return s if s >= lo else -1
+
+
+class _Worker:
+    def __init__(self, job: Job, t0: float) -> None:
+        self.job = job
+        self.k = job.knobs
+        self.loop = asyncio.get_running_loop()
+        self.t0 = t0  # loop time of second 0 of the trace
+        self.end = float(job.duration_s)
+        n_seconds = job.duration_s + math.ceil(job.knobs.drain_s) + 2
+        self.seconds = [[0, 0, 0, 0, 0] for _ in range(n_seconds)]
+        self.connect_ms: list[float] = []
+        self.first_frame_ms: list[float] = []
+        self.waves = [0] * _WAVES
+        self.attempts = self.rejected = self.retries = self.connect_failures = 0
+        self.graceful = self.abrupt = self.closed_at_end = self.lost = self.abandoned = 0
+        self.errors = self.connected_sessions = self.first_frame_sessions = 0
+        self.connected = self.connecting = self.backing_off = self.first_frames = 0
+        self.peak = self.cancelled = 0
+        self.error_samples: list[str] = []
+        self.last_gap = -1
+        self.due_at_end = self.up_at_end = 0
+
+    def now(self) -> float:
+        return self.loop.time() - self.t0
+
+    def _sec(self) -> list[int]:
+        i = min(max(0, int(self.now())), len(self.seconds) - 1)
+        return self.seconds[i]
+
+    def error(self, what: str) -> None:
+        self.errors += 1
+        if len(self.error_samples) < _MAX_ERROR_SAMPLES:
+            self.error_samples.append(what[:200])
+
+    def progress(self) -> tuple[int, ...]:
+        return (
+            self.connected,
+            self.connecting,
+            self.backing_off,
+            self.rejected,
+            self.retries,
+            self.first_frames,
+            self.errors,
+        )
+
+    async def _connect(self) -> ClientConnection:
+        return await websockets.connect(
+            self.job.url,
+            compression=None,  # as the terminals: the market-data path is never deflated
+            open_timeout=self.k.open_timeout_s,
+            close_timeout=self.k.close_timeout_s,
+            max_size=8 * 1024 * 1024,  # the hello carries the whole dictionary
+            max_queue=64,
+            ping_interval=None,
+        )
+
+    # -- one terminal --------------------------------------------------------------------------
+    async def terminal(self, plan: SessionPlan, watchlist: list[str]) -> None:
+        rng = random.Random((self.k.seed << 32) ^ plan.sid)
+        end_at = self.end if plan.disconnect_at is None else min(plan.disconnect_at, self.end)
+        ups: list[tuple[float, float]] = []  # hydrated (snapshot or frame) -> gone
+        session_framed = [False]
+        await asyncio.sleep(max(0.0, plan.connect_at - self.now()))
+        wanted_at = plan.connect_at
+        attempt = 0
+        delay = 0.0
+        hint_ms: int | None = None
+        retry_after: float | None = None
+        ever = False
+        while True:
+            if delay > 0:
+                self.backing_off += 1
+                try:
+                    await asyncio.sleep(min(delay, max(0.0, end_at - self.now())))
+                finally:
+                    self.backing_off -= 1
+            if self.now() >= end_at:
+                if not ever:
+                    self.abandoned += 1
+                break
+            ws: ClientConnection | None = None
+            self.attempts += 1
+            self.waves[min(attempt, _WAVES - 1)] += 1
+            self._sec()[0] += 1
+            self.connecting += 1
+            fatal = False
+            try:
+                ws = await self._connect()
+            except InvalidStatus as exc:
+                status = exc.response.status_code
+                if status == 503:
+                    self.rejected += 1
+                    self._sec()[1] += 1
+                    retry_after = parse_retry_after(exc.response.headers.get("Retry-After"))
+                else:
+                    self.error(f"upgrade refused: HTTP {status}")
+                    fatal = status in (401, 403)  # a bad token does not get better by retrying
+            except (OSError, TimeoutError, InvalidHandshake) as exc:
+                self.connect_failures += 1
+                if len(self.error_samples) < _MAX_ERROR_SAMPLES:
+                    self.error_samples.append(f"connect failed: {exc!r}"[:200])
+            finally:
+                self.connecting -= 1
+            if fatal:
+                break
+            if ws is None:
+                delay = next_delay(
+                    attempt,
+                    hint_ms,
+                    retry_after,
+                    self.k.backoff_base_s,
+                    self.k.backoff_cap_s,
+                    rng,
+                )
+                hint_ms = retry_after = None
+                attempt += 1
+                self.retries += 1
+                continue
+            opened = self.now()
+            self.connect_ms.append((opened - wanted_at) * 1000)
+            self._sec()[2] += 1
+            if not ever:
+                ever = True
+                self.connected_sessions += 1
+            self.connected += 1
+            self.peak = max(self.peak, self.connected)
+            try:
+                hint_ms = await self._session(
+                    ws, plan, watchlist, end_at, wanted_at, ups, session_framed
+                )
+            finally:
+                self.connected -= 1
+                ws.transport.abort()  # no-op after a clean close; frees the socket otherwise
+            if hint_ms is None:
+                break
+            # lost early: back off (the server's hint honoured) and come back
+            self.lost += 1
+            wanted_at = self.now()
+            attempt = 0
+            delay = next_delay(0, hint_ms, None, self.k.backoff_base_s, self.k.backoff_cap_s, rng)
+            hint_ms = None
+        self._settle(plan, end_at, ups)
+
+    def _settle(self, plan: SessionPlan, end_at: float, ups: list[tuple[float, float]]) -> None:
+        due_lo = plan.connect_at + self.k.settle_s
+        gap = last_gap(due_lo, end_at, ups) if due_lo < end_at else -1
+        self.last_gap = max(self.last_gap, gap)
+        at = self.end - 0.01
+        if plan.disconnect_at is None and due_lo <= at:
+            self.due_at_end += 1
+            if any(start <= at < end for start, end in ups):
+                self.up_at_end += 1
+
+    async def _session(
+        self,
+        ws: ClientConnection,
+        plan: SessionPlan,
+        watchlist: list[str],
+        end_at: float,
+        wanted_at: float,
+        ups: list[tuple[float, float]],
+        session_framed: list[bool],
+    ) -> int | None:
+        """Hello, subscribe, first frame, stay. None when it ended as planned; the reconnect
+        hint (ms, 0 without one) when the server or the network ended it early."""
+        got_hello = framed = False
+        up_since: float | None = None
+        late_at = self.now() + self.k.first_frame_timeout_s
+        late = False
+        hint: int | None = None
+        try:
+            async with asyncio.timeout_at(self.t0 + end_at):
+                while True:
+                    data = await ws.recv(decode=False)
+                    kind = data[0] if data else 0
+                    if not got_hello:
+                        if kind != _HELLO:
+                            self.error(f"first message is kind {kind}, not hello")
+                            return 0
+                        got_hello = True
+                        await ws.send(encode_request(Subscribe(req=1, keys=watchlist)))
+                        continue
+                    if up_since is None and kind in (_SNAPSHOT, _FRAME):
+                        up_since = self.now()  # hydrated: the subscription is live
+                    if kind == _FRAME and not framed:
+                        framed = True
+                        if not session_framed[0]:
+                            session_framed[0] = True
+                            self.first_frame_sessions += 1
+                        self.first_frame_ms.append((self.now() - wanted_at) * 1000)
+                        self.first_frames += 1
+                        self._sec()[3] += 1
+                    elif kind == _ERROR:
+                        self.error(f"server error: {_describe(data)}")
+                    elif kind == _CLOSE:
+                        hint = _close_hint(data)
+                    if not framed and not late and self.now() > late_at:
+                        late = True
+                        self.error(f"no frame within {self.k.first_frame_timeout_s:g} s")
+        except TimeoutError:
+            pass  # the scheduled end: leave as planned
+        except ConnectionClosed as exc:
+            if up_since is not None:
+                ups.append((up_since, self.now()))
+            reason = exc.rcvd.reason if exc.rcvd is not None else None
+            return hint if hint is not None else (hint_from_reason(reason) or 0)
+        if up_since is not None:
+            ups.append((up_since, self.now()))
+        if plan.disconnect_at is None or plan.disconnect_at >= self.end:
+            await self._close(ws)
+            self.closed_at_end += 1
+        elif plan.abrupt:
+            reset(ws)
+            self.abrupt += 1
+        else:
+            await self._close(ws)
+            self.graceful += 1
+        return None
+
+    async def _close(self, ws: ClientConnection) -> None:
+        with contextlib.suppress(Exception):
+            await ws.close()
+
+    async def ticker(self, report: Callable[[tuple[int, ...]], None]) -> None:
+        k = 1
+        while True:
+            await asyncio.sleep(max(0.0, k - self.now()))
+            i = min(k - 1, len(self.seconds) - 1)
+            self.seconds[i][4] = self.connected
+            report(self.progress())
+            k += 1
+
+    def result(self) -> WorkerResult:
+        return WorkerResult(
+            wid=self.job.wid,
+            connect_ms=self.connect_ms,
+            first_frame_ms=self.first_frame_ms,
+            attempts=self.attempts,
+            rejected=self.rejected,
+            retries=self.retries,
+            waves=self.waves,
+            connect_failures=self.connect_failures,
+            graceful=self.graceful,
+            abrupt=self.abrupt,
+            closed_at_end=self.closed_at_end,
+            lost=self.lost,
+            abandoned=self.abandoned,
+            errors=self.errors,
+            error_samples=self.error_samples,
+            connected_sessions=self.connected_sessions,
+            first_frame_sessions=self.first_frame_sessions,
+            peak=self.peak,
+            last_gap=self.last_gap,
+            due_at_end=self.due_at_end,
+            up_at_end=self.up_at_end,
+            seconds=self.seconds,
+            cancelled=self.cancelled,
+        )
+
+
+def _describe(data: bytes) -> str:
+    try:
+        msg = codec.decode_message(data)
+    except codec.CodecError as exc:
+        return f"undecodable: {exc}"
+    return f"{msg!r}"
+
+
+def _close_hint(data: bytes) -> int | None:
+    with contextlib.suppress(codec.CodecError):
+        msg = codec.decode_message(data)
+        if isinstance(msg, codec.Close):
+            return msg.reconnect_after_ms
+    return None
+
+
+async def _run(job: Job, t0_wall: float, results: Queue[Any]) -> WorkerResult:
+    loop = asyncio.get_running_loop()
+    t0 = loop.time() + (t0_wall - time.time())
+    w = _Worker(job, t0)
+    tasks = [
+        asyncio.create_task(w.terminal(plan, wl))
+        for plan, wl in zip(job.plans, job.watchlists, strict=True)
+    ]
+    ticker = asyncio.create_task(w.ticker(lambda p: results.put(("progress", job.wid, p))))
+    try:
+        if tasks:
+            deadline = t0 + job.duration_s + job.knobs.drain_s
+            await asyncio.wait(tasks, timeout=max(0.0, deadline - loop.time()))
+    finally:
+        leftover = [t for t in tasks if not t.done()]
+        w.cancelled = len(leftover)
+        for t in leftover:
+            t.cancel()
+        for t in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        ticker.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await ticker
+    for t in tasks:  # a bug in the harness must show, not vanish
+        if not t.cancelled() and t.exception() is not None:
+            w.error(f"harness: {t.exception()!r}")
+    return w.result()
+
+
+def _raise_nofile(wanted: int) -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < wanted:
+        target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+
+
+def worker_main(job_bytes: bytes, results: Queue[Any], start: Queue[Any]) -> None:
+    """The process entry point: decode the job, say ready, wait for the start time, run."""
+    job = msgspec.msgpack.decode(job_bytes, type=Job)
+    _raise_nofile(len(job.plans) + 256)
+    results.put(("ready", job.wid, None))
+    t0_wall = start.get()
+    if t0_wall is None:  # the parent gave up before starting
+        return
+    try:
+        import uvloop
+
+        factory: Callable[[], asyncio.AbstractEventLoop] | None = uvloop.new_event_loop
+    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
+        factory = None
+    try:
+        with asyncio.Runner(loop_factory=factory) as runner:
+            result = runner.run(_run(job, float(t0_wall), results))
+    except BaseException as exc:
+        results.put(("failed", job.wid, repr(exc)[:500]))
+        raise
+    results.put(("done", job.wid, msgspec.msgpack.encode(result)))

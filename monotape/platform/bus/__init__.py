@@ -1,0 +1,1 @@
+"""The tick bus: feed handlers publish, the sequencer subscribes (in-process and NATS)."""

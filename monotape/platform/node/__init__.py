@@ -1,0 +1,1 @@
+"""The composition root: pipeline, admin API, collectors, endpoints."""

@@ -1,0 +1,156 @@
+"""One terminal's connection: the bounded writer in front of its socket.
+
+Frames arrive here already WebSocket-framed, the same ``bytes`` object for every connection of
+a subscription signature (server frames are unmasked: RFC 6455 §5.1), so a delivery is one
+``transport.write``. When the kernel and the transport buffer are full (a slow terminal), frames
+wait in a bounded 64-frame ring; past that the oldest are dropped, the ring sets a gap, and the
+next thing the terminal gets is a full snapshot (design: Fan-out and backpressure).
+
+MEASURED trap: under uvloop, ``transport.write()`` raises once the library has started closing
+the connection, while ``is_closing()`` still says False. So every write checks the protocol's own
+state first and any failure is confined to this connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections import deque
+from collections.abc import Callable
+
+from websockets.asyncio.server import ServerConnection
+from websockets.protocol import State
+
+from monotape.platform.core.outbox import Outbox
+
+__all__ = ["MAX_CONTROL_QUEUED", "Connection", "WriteFailed"]
+
+MAX_CONTROL_QUEUED = 256  # answers to requests that are themselves rate-limited (20/s)
+
+
+class WriteFailed(Exception):
+    """The connection can no longer be written to; its owner tears it down."""
+
+
+class Connection:
+    __slots__ = (
+        "bucket_tokens",
+        "bucket_ts",
+        "bytes_sent",
+        "close_reason",
+        "closing",
+        "conn_id",
+        "control",
+        "errors_since_ns",
+        "expiry",
+        "frames_sent",
+        "gap_since_ns",
+        "high_water",
+        "opened_ns",
+        "outbox",
+        "peer",
+        "protocol",
+        "request_errors",
+        "transport",
+        "ws",
+    )
+
+    def __init__(
+        self,
+        conn_id: int,
+        ws: ServerConnection,
+        *,
+        outbox_frames: int,
+        high_water: int,
+        opened_ns: int,
+        request_burst: int,
+        so_sndbuf: int = 0,
+    ) -> None:
+        self.conn_id = conn_id
+        self.ws = ws
+        self.transport: asyncio.Transport = ws.transport
+        self.protocol = ws.protocol  # the Sans-I/O state machine: its state says if we may write
+        sock = self.transport.get_extra_info("socket")
+        if sock is not None and so_sndbuf > 0:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, so_sndbuf)
+        self.outbox = Outbox(outbox_frames)
+        self.control: deque[bytes] = deque()  # answers waiting for room (never dropped)
+        self.high_water = high_water
+        self.opened_ns = opened_ns
+        remote = ws.remote_address
+        self.peer = f"{remote[0]}:{remote[1]}" if remote else "?"
+        self.closing = False
+        self.expiry: asyncio.TimerHandle | None = None  # closes the session when its token expires
+        self.close_reason = ""  # set when the server decides to close (shutdown, drain, kick)
+        self.frames_sent = 0
+        self.gap_since_ns = 0  # when the ring last overflowed and has not been resolved since
+        self.bytes_sent = 0
+        self.request_errors = 0  # within the current error window (see server.ERROR_WINDOW_NS)
+        self.errors_since_ns = opened_ns
+        self.bucket_tokens = float(request_burst)
+        self.bucket_ts = opened_ns
+
+    @property
+    def writable(self) -> bool:
+        return not self.closing and self.protocol.state is State.OPEN
+
+    def _write(self, wire: bytes) -> None:
+        if not self.writable:
+            raise WriteFailed("connection is not open")
+        try:
+            self.transport.write(wire)
+        except Exception as exc:  # uvloop raises RuntimeError after write_eof
+            raise WriteFailed(str(exc)) from exc
+        self.frames_sent += 1
+        self.bytes_sent += len(wire)
+
+    def deliver(self, wire: bytes) -> bool:
+        """Send now (True), or queue in the bounded ring when the terminal is behind (False):
+        either way in order."""
+        outbox = self.outbox
+        if (
+            self.control  # queued answers first: the hello must precede every frame
+            or outbox.gap
+            or len(outbox)
+            or self.transport.get_write_buffer_size() > self.high_water
+        ):
+            outbox.push(wire)
+            return False
+        self._write(wire)
+        return True
+
+    def deliver_control(self, wire: bytes) -> bool:
+        """Answers (hello, ack, error) are never dropped with the data: a terminal in a gap still
+        learns that its subscribe was applied. They wait in their own small queue, which a
+        terminal can only overflow by not reading at all (then it is torn down)."""
+        control = self.control
+        if control or self.transport.get_write_buffer_size() > self.high_water:
+            if len(control) >= MAX_CONTROL_QUEUED:
+                raise WriteFailed("control backlog: the terminal is not reading")
+            control.append(wire)
+            return False
+        self._write(wire)
+        return True
+
+    def flush(self, snapshot_for_gap: Callable[[], bytes]) -> bool:
+        """Move queued answers, then queued frames, to the socket while it has room; returns
+        True if a gap was resolved with a fresh snapshot (the caller counts it)."""
+        outbox = self.outbox
+        control = self.control
+        resolved = False
+        while self.transport.get_write_buffer_size() <= self.high_water:
+            if control:
+                self._write(control.popleft())
+                continue
+            if outbox.gap:
+                outbox.resolve_gap(snapshot_for_gap())
+                resolved = True
+            item = outbox.pop()
+            if item is None:
+                break
+            self._write(item)
+        return resolved
+
+    @property
+    def behind(self) -> bool:
+        return bool(self.control or self.outbox.gap or len(self.outbox))

@@ -1,0 +1,146 @@
+"""A terminal's WebSocket as websockets drives it, with our budgets where it reads.
+
+websockets' asyncio connection parses the terminal's frames and writes the automatic answers
+itself (a pong per ping, the close frame of a failed connection), straight to the transport and
+outside our outbox. Two things therefore belong at that layer and nowhere else:
+
+- every control frame (ping or pong) is charged to the terminal's ``ControlBudget`` while it is
+  parsed, so a flood is cut off in the middle of a read: the first frame over budget fails the
+  connection with 1008 and no pong is written for it or for anything after it (RFC 6455 §7.1.7:
+  the rest of the input is discarded). After each read the bytes queued in the transport (pongs
+  included) are held against ``ControlLimits.max_queued_bytes``. Either overrun is handed to the
+  server once (``on_overrun``), which tears the connection down with the overrun's reason;
+- every close the connection is *failed* with (by websockets: 1002 protocol error, 1007, 1009
+  message too big, 1011; by us: budget overruns, keepalive timeout, slow consumer) carries the
+  wire's CLOSE message with ``reconnect_after_ms`` just before the close frame, and the same hint
+  at the end of the close reason (docs/wire.md), so a terminal knows when to come back.
+
+Nothing here runs per delivered frame: the fan-out writes pre-framed bytes to the transport and
+never passes through these methods.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from typing import Any, Final, cast
+
+from websockets.asyncio.server import Server, ServerConnection
+from websockets.frames import PING, PONG, CloseCode, Frame
+from websockets.protocol import State
+from websockets.server import ServerProtocol
+
+from monotape.platform.core.budget import ControlBudget, ControlLimits, Overrun
+from monotape.platform.wire import codec
+
+__all__ = [
+    "CLOSE_HINT_MS",
+    "TerminalProtocol",
+    "TerminalSocket",
+    "close_reason_with_hint",
+]
+
+_CLOSE_REASON_MAX: Final = 123  # RFC 6455 §5.5: a control frame's payload is at most 125 bytes
+# reconnect_after_ms for the closes websockets starts on its own: a broken or oversized message
+# is a client bug that reconnecting at once would only repeat; an internal error is ours.
+CLOSE_HINT_MS: Final[dict[int, int]] = {
+    CloseCode.PROTOCOL_ERROR: 5000,
+    CloseCode.INVALID_DATA: 5000,  # a text frame that is not UTF-8
+    CloseCode.POLICY_VIOLATION: 5000,
+    CloseCode.MESSAGE_TOO_BIG: 5000,
+    CloseCode.INTERNAL_ERROR: 1000,
+}
+_DEFAULT_HINT_MS: Final = 1000
+
+
+def close_reason_with_hint(reason: str, reconnect_after_ms: int) -> str:
+    """``"<reason>; reconnect_after_ms=N"`` within a close frame's 123 bytes (the reason is
+    shortened, never the hint: the SDK reads the hint from here when no CLOSE message came)."""
+    suffix = f"; reconnect_after_ms={reconnect_after_ms}"
+    room = _CLOSE_REASON_MAX - len(suffix.encode())
+    head = reason.encode()[:room].decode("utf-8", "ignore")
+    return head + suffix
+
+
+class TerminalProtocol(ServerProtocol):
+    """websockets' Sans-I/O server protocol plus the control-frame budget and the CLOSE message.
+
+    websockets' ``serve()`` builds a plain ``ServerProtocol`` itself; ``TerminalSocket`` re-classes
+    it to this subclass, which adds state only through class-level defaults (same layout)."""
+
+    budget: ControlBudget | None = None  # armed once the connection is served
+    clock_ns: Callable[[], int] | None = None
+    overrun: Overrun | None = None
+
+    def recv_frame(self, frame: Frame) -> None:
+        if frame.opcode is PING or frame.opcode is PONG:
+            budget, clock_ns = self.budget, self.clock_ns
+            if (
+                budget is not None
+                and clock_ns is not None
+                and self.state is State.OPEN
+                and not budget.take(clock_ns())
+            ):
+                self.overrun = Overrun.CONTROL_FLOOD
+                # Failing from here is how websockets itself ends a connection mid-parse (a
+                # close frame): the parser is replaced by a discarding one, so the rest of
+                # this read costs no pong and no event.
+                self.fail(CloseCode.POLICY_VIOLATION, Overrun.CONTROL_FLOOD.close_reason)
+                return
+        super().recv_frame(frame)
+
+    def fail(self, code: CloseCode | int, reason: str = "") -> None:
+        self.fail_with_hint(code, reason, CLOSE_HINT_MS.get(int(code), _DEFAULT_HINT_MS))
+
+    def fail_with_hint(self, code: CloseCode | int, reason: str, reconnect_after_ms: int) -> None:
+        """Fail the connection (RFC 6455 §7.1.7) after the wire's CLOSE message, when the
+        connection can still take one (open, and not failing because the network broke)."""
+        if self.state is State.OPEN and code != CloseCode.ABNORMAL_CLOSURE:
+            with contextlib.suppress(Exception):  # best effort: the close frame is what counts
+                self.send_binary(codec.encode_close(int(code), reconnect_after_ms, reason))
+            reason = close_reason_with_hint(reason, reconnect_after_ms)
+        super().fail(code, reason)
+
+
+class TerminalSocket(ServerConnection):
+    """The connection class handed to ``websockets.serve(create_connection=...)``."""
+
+    limits: ControlLimits | None = None
+    on_overrun: Callable[[Overrun], None] | None = None
+
+    def __init__(self, protocol: ServerProtocol, server: Server, **kwargs: Any) -> None:
+        protocol.__class__ = TerminalProtocol
+        super().__init__(protocol, server, **kwargs)
+
+    @property
+    def terminal_protocol(self) -> TerminalProtocol:
+        return cast(TerminalProtocol, self.protocol)
+
+    def arm(
+        self,
+        limits: ControlLimits,
+        now_ns: Callable[[], int],
+        on_overrun: Callable[[Overrun], None],
+    ) -> None:
+        """Start charging this terminal's control frames (once its handler runs)."""
+        proto = self.terminal_protocol
+        proto.budget = ControlBudget(limits, now_ns())
+        proto.clock_ns = now_ns
+        self.limits = limits
+        self.on_overrun = on_overrun
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        on_overrun = self.on_overrun
+        if on_overrun is None:
+            return
+        overrun = self.terminal_protocol.overrun
+        if overrun is None:
+            limits = self.limits
+            assert limits is not None
+            # One call per read (requests are rate-limited, so reads are rare), not per frame.
+            if limits.over_queued(self.transport.get_write_buffer_size()):
+                overrun = Overrun.QUEUED_BYTES
+        if overrun is not None:
+            self.on_overrun = None  # handed over once; the server's teardown is idempotent
+            on_overrun(overrun)

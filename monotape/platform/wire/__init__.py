@@ -1,0 +1,1 @@
+"""The wire protocol (docs/wire.md) in code: codec, requests, test vectors."""

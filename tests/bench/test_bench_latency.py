@@ -1,0 +1,158 @@
+"""The latency bench's load client and a tiny run of the bench itself.
+
+The byte-counting client (bench/wsclient.py) produces the record's frames-per-terminal and
+priority figures, so its frame walking is property-tested: any split of a server stream into
+reads gives the same counts, and every ping is answered with its own payload."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.conftest import NO_LAG_SHEDDING
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:  # `bench` lives at the repository root, beside `monotape`
+    sys.path.insert(0, str(ROOT))
+wsclient = importlib.import_module("bench.wsclient")
+bench_latency = importlib.import_module("bench.bench_latency")
+
+
+class _Transport:
+    def __init__(self) -> None:
+        self.written: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        self.written.append(bytes(data))
+
+    def abort(self) -> None:
+        raise AssertionError("the client aborted a good stream")
+
+
+def _server_frame(opcode: int, payload: bytes) -> bytes:
+    n = len(payload)
+    if n < 126:
+        head = bytes((0x80 | opcode, n))
+    elif n < 0x10000:
+        head = bytes((0x80 | opcode, 126)) + n.to_bytes(2, "big")
+    else:
+        head = bytes((0x80 | opcode, 127)) + n.to_bytes(8, "big")
+    return head + payload
+
+
+_messages = st.lists(
+    st.one_of(
+        st.tuples(
+            st.just(2),
+            st.integers(1, 8).flatmap(
+                lambda k: st.binary(max_size=70_000).map(lambda b: bytes([k]) + b)
+            ),
+        ),
+        st.tuples(st.just(9), st.binary(max_size=125)),  # ping
+    ),
+    max_size=30,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(_messages, st.data())
+def test_any_split_of_the_stream_gives_the_same_counts(
+    messages: list[tuple[int, bytes]], data: st.DataObject
+) -> None:
+    stream = b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\n" + b"".join(
+        _server_frame(op, p) for op, p in messages
+    )
+    cuts = sorted(data.draw(st.sets(st.integers(1, max(1, len(stream) - 1)), max_size=40)))
+    loop = asyncio.new_event_loop()
+    try:
+        counts = wsclient.Counts()
+        done: asyncio.Future[bool] = loop.create_future()
+        client = wsclient.CountingClient(counts, "h", b"REQ", done)
+        transport = _Transport()
+        client.transport = transport  # type: ignore[assignment]
+        prev = 0
+        for cut in [*cuts, len(stream)]:
+            if cut > prev:
+                client.data_received(stream[prev:cut])
+                prev = cut
+    finally:
+        loop.close()
+    data_msgs = [p for op, p in messages if op == 2]
+    want = [0] * wsclient.KINDS
+    for p in data_msgs:
+        want[p[0]] += 1
+    assert counts.msgs == len(data_msgs)
+    assert counts.kinds == want
+    assert counts.bytes == len(stream)
+    assert transport.written[0] == b"REQ"  # the requests go first, once the upgrade is answered
+    assert transport.written[1:] == [wsclient.client_frame(0xA, p) for op, p in messages if op == 9]
+
+
+def test_a_refused_upgrade_is_not_counted_open() -> None:
+    loop = asyncio.new_event_loop()
+    try:
+        counts = wsclient.Counts()
+        client = wsclient.CountingClient(counts, "h", b"", loop.create_future())
+        aborted: list[bool] = []
+        transport = _Transport()
+        transport.abort = lambda: aborted.append(True)  # type: ignore[method-assign]
+        client.transport = transport  # type: ignore[assignment]
+        client.data_received(b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\n\r\n")
+    finally:
+        loop.close()
+    assert aborted == [True] and counts.open == 0
+    assert client.status == b"HTTP/1.1 503 Service Unavailable"
+
+
+def test_terminal_requests_subscribe_and_some_open_an_order_ticket() -> None:
+    from monotape.platform.wire.requests import SetPriority, Subscribe, decode_request
+
+    reqs = bench_latency.terminal_requests(bench_latency.PRIORITY_EVERY + 1)
+    kinds = []
+    for frames in reqs:
+        msgs = []
+        while frames:
+            n = frames[1] & 0x7F  # requests are small: 7-bit or 16-bit lengths
+            hl = 2
+            if n == 126:
+                n, hl = int.from_bytes(frames[2:4], "big"), 4
+            msgs.append(decode_request(frames[hl + 4 : hl + 4 + n]))
+            frames = frames[hl + 4 + n :]
+        kinds.append([type(m) for m in msgs])
+        sub = msgs[0]
+        assert isinstance(sub, Subscribe) and len(sub.keys) == bench_latency.WATCHLIST
+        if len(msgs) > 1:
+            assert isinstance(msgs[1], SetPriority) and msgs[1].keys[0] in sub.keys
+    assert kinds.count([Subscribe, SetPriority]) == 2  # terminals 0 and PRIORITY_EVERY
+    assert kinds.count([Subscribe]) == bench_latency.PRIORITY_EVERY - 1
+
+
+@pytest.mark.slow
+def test_latency_bench_holds_a_tiny_population(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real ``monotape run`` and the real client processes: the population is held, frames
+    and the order ticket's updates arrive, nobody is refused. Shapes only, never timings."""
+    # the node inherits the environment: no designed 503s because the machine is busy
+    for name, value in NO_LAG_SHEDDING.items():
+        monkeypatch.setenv(name, value)
+    size = bench_latency.Size(rate=20_000, terminals=20, ramp_s=1, window_s=3, processes=1)
+    log: list[str] = []
+    o = bench_latency.measure(size, size.terminals, "smoke", log.append)
+    assert o.connections == 20, log
+    assert o.frames_per_terminal_s > 0, log
+    assert o.priority_per_s > 0, log  # terminal 0 holds an order ticket
+    assert o.errors_received == 0 and not o.errors, (o.errors, log)
+    assert o.server_cpu > 0 and o.client_cpu > 0
+    rows: list[dict[str, Any]] = bench_latency._rows([o], None, size)
+    assert {r["benchmark"] for r in rows} >= {
+        "latency: priority p99",
+        "latency: frames per terminal",
+        "latency: load client CPU",
+        "latency: GC-tracked allocations (net)",
+    }

@@ -1,0 +1,115 @@
+"""Smoke run of every benchmark at tiny sizes: the rows stay well-formed, so the benches cannot
+rot. Never asserts timings (a shared 2-core machine is noisy); only shapes and signs."""
+
+from __future__ import annotations
+
+import importlib
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:  # `bench` lives at the repository root, beside `monotape`
+    sys.path.insert(0, str(ROOT))
+bench_main = importlib.import_module("bench.__main__")
+bench_fanout = importlib.import_module("bench.bench_fanout")
+bench_wire = importlib.import_module("bench.bench_wire")
+
+pytestmark = pytest.mark.slow  # fan-out: three server/client process pairs, + two with node
+
+
+def _check(rows: list[dict[str, Any]]) -> None:
+    assert rows
+    for r in rows:
+        for key in ("benchmark", "variant", "value", "unit", "min", "max", "ratio", "note"):
+            assert key in r, (key, r)
+        assert isinstance(r["benchmark"], str) and r["benchmark"]
+        assert isinstance(r["variant"], str) and r["variant"]
+        assert isinstance(r["unit"], str) and r["unit"]
+        assert math.isfinite(r["value"]) and r["value"] > 0, r
+        for key in ("min", "max", "ratio"):
+            if r[key] is not None:
+                assert math.isfinite(r[key]) and r[key] > 0, (key, r)
+
+
+def test_fanout_smoke() -> None:
+    # The Python variants only (node is optional and has its own test below): ~7 s.
+    rows = bench_fanout.run(
+        True, connections=12, seconds=0.8, warmup=0.2, runs=1, variants=("monotape",)
+    )
+    _check(rows)
+    variants = {r["variant"] for r in rows}
+    assert variants == {"naive", "monotape", "floor"}
+    assert all(r["benchmark"].endswith("@ 12 conns") for r in rows)
+    assert not any("only" in r["note"] and "subscribed" in r["note"] for r in rows)
+
+
+@pytest.mark.skipif(
+    not bench_fanout.node_available(), reason="node/ws not installed (npm ci --prefix bench/node)"
+)
+def test_fanout_node_smoke(tmp_path: Any) -> None:
+    # One tiny run of the raw-socket node variant against the same client: ~2 s (both node
+    # variants share the workload loading, subscribe parsing and reporting code).
+    workload = str(tmp_path / "workload.json")
+    bench_fanout.write_node_workload(workload, bench_fanout.frames_needed(0.8, 0.2))
+    for variant in ("node-ws-shared",):
+        r = bench_fanout.measure_once(variant, 12, 0.8, 0.2, node_workload=workload)
+        srv, cli = r["server"], r["client"]
+        assert srv["variant"] == variant
+        assert srv["subscribed"] == 12 and cli["connected"] == 12
+        assert srv["delivered"] > 0 and srv["bytes"] > srv["delivered"] and srv["cpu_s"] > 0
+        assert cli["msgs"] > 0
+
+
+def test_fanout_rows_without_node() -> None:
+    # No processes: the rows say "skipped" for the node variants and still render.
+    fake = {
+        "server": {
+            "cpu_s": 0.1,
+            "wall_s": 1.0,
+            "delivered": 1000,
+            "bytes": 120_000,
+            "feed_s": 0.0,
+            "fanout_s": 0.09,
+            "late_frames": 0,
+            "subscribed": 40,
+        },
+        "client": {"cpu_s": 0.05, "wall_s": 1.0, "msgs": 1000, "connected": 40},
+    }
+    summary = {v: bench_fanout._summarize(v, [fake]) for v in ("naive", "monotape", "floor")}
+    rows = bench_fanout._rows(40, "40 conns", summary, list(bench_fanout.NODE_VARIANTS))
+    skipped = [r for r in rows if r["value"] is None]
+    assert {r["variant"] for r in skipped} == set(bench_fanout.NODE_VARIANTS)
+    assert len(skipped) == 4  # CPU and frames/s rows
+    assert all(r["note"] == bench_fanout.NODE_SKIPPED for r in skipped)
+    _check([r for r in rows if r["value"] is not None])
+    text = bench_main.table(rows)
+    assert text.count("skipped: node/ws not installed (npm ci --prefix bench/node)") == 4
+
+
+def test_wire_smoke() -> None:
+    rows = bench_wire.run(True, count=4)
+    _check(rows)
+    binary = next(r for r in rows if r["variant"] == "binary")
+    assert binary["ratio"] < 1.0  # binary is smaller than the same frame as JSON
+
+
+def test_main_collects_other_benches_and_renders() -> None:
+    rows, problems = bench_main.collect(
+        True, only=["ingest", "payloads", "recording"], log=lambda _m: None
+    )
+    assert not problems, problems
+    _check(rows)
+    text = bench_main.report(rows, problems, quick=True, secs=1.0)
+    assert text.count("\n|") == len(rows) + 2  # header, separator, a line per row
+
+
+def test_write_doc_keeps_prose(tmp_path: Any) -> None:
+    doc = tmp_path / "b.md"
+    doc.write_text(f"# B\n\nprose\n\n{bench_main.BEGIN}\nold\n{bench_main.END}\n\nafter\n")
+    bench_main.write_doc(doc, "new")
+    text = doc.read_text()
+    assert "prose" in text and "after" in text and "new" in text and "old" not in text

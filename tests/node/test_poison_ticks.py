@@ -1,0 +1,374 @@
+"""The doors where ticks enter, and stage loops that survive what gets past them (issue 10, A1).
+
+The gate (``feeds.validate``): what it refuses, how it counts and how rarely it logs, and the
+property that matters: any tick it admits encodes on the wire (full and delta) and fits the stage
+stamps. The feed handler and the NATS decoder as doors. Then the frame loop of an in-process node
+that survives an encoder exception (one symbol, then one whole frame), and the supervisor that
+starts a dead loop again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from monotape.clock import FakeClock
+from monotape.platform.bus.nats_bus import NatsTickBus
+from monotape.platform.feeds.epochs import MemoryEpochStore
+from monotape.platform.feeds.handler import FeedHandler
+from monotape.platform.feeds.simulator import VenueUpdate
+from monotape.platform.feeds.validate import UNKNOWN_VENUE, Refusal, TickGate, tick_problem
+from monotape.platform.model import Instrument, Tick
+from monotape.platform.node.failures import StageFailures, Throttle
+from monotape.platform.node.node import Node
+from monotape.platform.sdk.client import TerminalClient
+from monotape.platform.wire import codec
+from tests.conftest import node_config, until
+
+TS = 1_764_460_800_000_000_000
+UNIVERSE = [
+    Instrument(0, "XNAS:AAPL", "XNAS", "AAPL", 2, 1),
+    Instrument(1, "XNAS:MSFT", "XNAS", "MSFT", 2, 1),
+    Instrument(2, "XNYS:IBM", "XNYS", "IBM", 2, 1),
+]
+
+
+class Logged:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, dict[str, Any]]] = []
+
+    def __call__(self, event: str, level: str = "info", **fields: Any) -> None:
+        self.events.append((event, fields))
+
+
+def good(**over: Any) -> Tick:
+    fields: dict[str, Any] = {
+        "iid": 0, "venue": "XNAS", "epoch": 3, "seq": 1_001, "venue_ts_ns": TS, "bid": 18_951,
+        "ask": 18_953, "last": 18_952, "size": 300, "handler": "A", "decoded_ns": 5_000_000_000,
+    }  # fmt: skip
+    fields.update(over)
+    return Tick(**fields)
+
+
+def gate(clock: FakeClock | None = None, log: Logged | None = None) -> TickGate:
+    return TickGate(UNIVERSE, (clock or FakeClock()).now_ns, log=log or Logged())
+
+
+# -- the gate --------------------------------------------------------------------------------
+def test_a_clean_batch_passes_as_it_is() -> None:
+    batch = [good(), good(iid=1, seq=7), good(iid=2, venue="XNYS")]
+    g = gate()
+    assert g.admit(batch, "test") is batch  # nothing copied on the common path
+    # A negative price is legal: it takes the careful path, and passes.
+    negative = [good(), good(iid=2, venue="XNYS", bid=-5, last=-4)]
+    assert list(g.admit(negative, "test")) == negative
+    assert g.rejected == {}
+
+
+@pytest.mark.parametrize(
+    ("over", "venue", "reason"),
+    [
+        ({"iid": 3}, "XNAS", Refusal.UNKNOWN_IID),
+        ({"iid": -1}, "XNAS", Refusal.UNKNOWN_IID),
+        ({"venue": "XNYS"}, "XNYS", Refusal.WRONG_VENUE),
+        ({"venue": "EVIL" * 9}, UNKNOWN_VENUE, Refusal.WRONG_VENUE),  # no unbounded labels
+        ({"bid": 2**63}, "XNAS", Refusal.PRICE),
+        ({"ask": -(2**63) - 1}, "XNAS", Refusal.PRICE),
+        ({"last": 2**64 - 1}, "XNAS", Refusal.PRICE),
+        ({"epoch": 2**64}, "XNAS", Refusal.EPOCH),
+        ({"epoch": -1}, "XNAS", Refusal.EPOCH),
+        ({"seq": 2**64}, "XNAS", Refusal.SEQ),
+        ({"seq": -1}, "XNAS", Refusal.SEQ),
+        ({"size": 2**64}, "XNAS", Refusal.SIZE),
+        ({"size": -1}, "XNAS", Refusal.SIZE),
+        ({"venue_ts_ns": 2**63}, "XNAS", Refusal.TIMESTAMP),
+        ({"decoded_ns": -1}, "XNAS", Refusal.TIMESTAMP),
+        ({"admitted_ns": 2**64}, "XNAS", Refusal.TIMESTAMP),
+    ],
+)
+def test_out_of_range_ticks_are_refused_and_counted(
+    over: dict[str, Any], venue: str, reason: Refusal
+) -> None:
+    g = gate()
+    kept = g.admit([good(), good(**over), good(seq=1_002)], "nats md.XNAS.batch")
+    assert [t.seq for t in kept] == [1_001, 1_002]
+    assert g.rejected == {(venue, str(reason)): 1}
+
+
+def test_refusals_are_logged_once_per_reason_per_interval() -> None:
+    clock = FakeClock()
+    log = Logged()
+    g = gate(clock, log)
+    for _ in range(100):
+        g.admit([good(bid=2**63)], "nats md.XNAS.batch")
+    g.admit([good(size=-1)], "nats md.XNAS.batch")
+    assert [f["reason"] for _, f in log.events] == ["price_out_of_range", "size_out_of_range"]
+    assert log.events[0][1]["where"] == "nats md.XNAS.batch"
+    assert "bid" in log.events[0][1]["detail"]
+    clock.advance(10 * 10**9)
+    g.admit([good(bid=2**63)], "nats md.XNAS.batch")
+    assert log.events[-1][1]["not_logged_since"] == 99
+    assert g.rejected[("XNAS", "price_out_of_range")] == 101
+
+
+def test_the_throttle_lets_one_through_per_interval() -> None:
+    t = Throttle(10)
+    assert t.allow("a", 0) == 0
+    assert t.allow("a", 5) is None
+    assert t.allow("b", 5) == 0
+    assert t.allow("a", 9) is None
+    assert t.allow("a", 10) == 2
+
+
+def test_stage_failures_count_every_one_and_log_a_few() -> None:
+    clock = FakeClock()
+    log = Logged()
+    failures = StageFailures(clock.now_ns, log=log)
+    for _ in range(50):
+        failures.record("frame", ValueError("boom"))
+    assert failures.counts == {"frame": 50}
+    assert len(log.events) == 1 and log.events[0][1]["error"] == "ValueError('boom')"
+
+
+# -- the property: what the gate admits, the wire carries ---------------------------------
+wide = st.one_of(
+    st.integers(min_value=-(2**65), max_value=2**65),
+    st.sampled_from([0, 1, -1, 2**63 - 1, 2**63, -(2**63), -(2**63) - 1, 2**64 - 1, 2**64]),
+)
+ticks = st.builds(
+    Tick,
+    iid=st.integers(min_value=-1, max_value=4),
+    venue=st.sampled_from(["XNAS", "XNYS", "EVIL"]),
+    epoch=wide,
+    seq=wide,
+    venue_ts_ns=wide,
+    bid=wide,
+    ask=wide,
+    last=wide,
+    size=wide,
+    handler=st.just("A"),
+    decoded_ns=wide,
+    admitted_ns=wide,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(base=ticks, new=ticks)
+def test_any_tick_the_gate_admits_encodes(base: Tick, new: Tick) -> None:
+    g = gate()
+    admitted = list(g.admit([base, new], "property"))
+    # The fast test and the careful one agree, tick by tick.
+    for t in (base, new):
+        assert (tick_problem(t, g.venue_of) is None) == any(a is t for a in admitted)
+    for t in admitted:
+        record = codec.decode_record(codec.encode_full_record(t))
+        assert (record.epoch, record.seq, record.bid, record.size) == (
+            t.epoch,
+            t.seq,
+            t.bid,
+            t.size,
+        )
+        stamps = np.array([t.venue_ts_ns, t.decoded_ns, t.admitted_ns], dtype=np.int64)
+        assert stamps.tolist() == [t.venue_ts_ns, t.decoded_ns, t.admitted_ns]
+    if len(admitted) == 2 and base.iid == new.iid and (base.epoch, base.seq) < (new.epoch, new.seq):
+        # What the sequencer lets through on one symbol: a delta from the older to the newer.
+        delta = codec.decode_record(codec.encode_delta_record(base, new))
+        full = (base.bid, base.ask, base.last)
+        assert codec.apply_record(full, delta) == (new.bid, new.ask, new.last)
+
+
+# -- the feed handler as a door ------------------------------------------------------------
+def test_the_handler_refuses_what_the_wire_cannot_carry() -> None:
+    clock = FakeClock()
+    g = gate(clock)
+    h = FeedHandler("XNAS", "A", 0, MemoryEpochStore(), clock, update_ids=True, gate=g)
+    h.start(at_once=True)
+    h.on_venue(
+        [
+            VenueUpdate(0, "XNAS", 1, TS, 100, 101, 100, 5),
+            VenueUpdate(0, "XNAS", 2, TS + 1, 2**63, 101, 100, 5),  # price past int64
+            VenueUpdate(1, "XNAS", 2**64, TS + 2, 100, 101, 100, 5),  # id past uint64
+            VenueUpdate(2, "XNAS", 3, TS + 3, 100, 101, 100, 5),  # XNYS's instrument
+            VenueUpdate(1, "XNAS", None, TS + 4, 100, 101, 100, 5),  # no id on an id venue
+            VenueUpdate(1, "XNAS", 4, TS + 5, -100, -99, -100, 5),  # negative prices: fine
+            VenueUpdate(0, "XNAS", 5, TS + 6, 100, 101, 100, -5),  # negative size
+            VenueUpdate(0, "XNAS", 6, 2**63, 100, 101, 100, 5),  # timestamp past int64
+            VenueUpdate(0, "XNAS", 7, TS + 7, 100, 101, 100, 5),
+        ]
+    )
+    out = h.drain_due()
+    assert [t.seq for t in out] == [1, 4, 7]
+    assert h.refused == 6 and h.malformed == 1
+    assert g.rejected == {
+        ("XNAS", "price_out_of_range"): 1,
+        ("XNAS", "seq_out_of_range"): 1,
+        ("XNAS", "wrong_venue"): 1,
+        ("XNAS", "missing_update_id"): 1,
+        ("XNAS", "size_out_of_range"): 1,
+        ("XNAS", "timestamp_out_of_range"): 1,
+    }
+
+
+# -- the NATS decoder as a door (no server needed: the message callback directly) ---------
+class _Msg:
+    def __init__(self, subject: str, data: bytes) -> None:
+        self.subject = subject
+        self.data = data
+
+
+async def test_one_malformed_item_does_not_cost_its_batch() -> None:
+    g = gate()
+    bus = NatsTickBus(gate=g)
+    got: list[Tick] = []
+    bus.subscribe(got.extend)
+    ok = [0, "XNAS", 3, 1_001, TS, 100, 101, 100, 5, "A", 1, 0]
+    poison = [1, "XNAS", 3, 1_001, TS, 2**64 - 1, 101, 100, 5, "A", 1, 0]
+    batch = msgspec.msgpack.encode([ok, ["not", "a", "tick"], poison, {**_as_map(ok), "seq": 9}])
+    await bus._on_msg(_Msg("md.XNAS.batch", batch))  # type: ignore[arg-type]
+    assert [t.seq for t in got] == [1_001, 9]
+    assert g.rejected == {("XNAS", "undecodable"): 1, ("XNAS", "price_out_of_range"): 1}
+    await bus._on_msg(_Msg("md.XNAS.batch", b"\xc1 not msgpack"))  # type: ignore[arg-type]
+    assert g.rejected[("XNAS", "undecodable")] == 2
+    assert bus.decode_errors == 2
+
+
+def _as_map(row: list[Any]) -> dict[str, Any]:
+    return dict(zip(Tick.__struct_fields__, row, strict=True))
+
+
+# -- stage loops of a real node survive -------------------------------------------------------
+# Not about admission: a busy machine must not shed the test's own terminal with a 503.
+
+
+async def _frames_keep_coming(client: TerminalClient, more: int = 10) -> None:
+    """``more`` frames arrive (counted, however long a busy machine takes), the terminal still
+    connected."""
+    before = client.stats.frames
+    await until(
+        lambda: client.stats.frames > before + more or not client.connected, "frames coming"
+    )
+    assert client.connected and client.stats.frames > before + more
+
+
+async def test_the_frame_loop_survives_an_encoder_exception(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    node = Node(node_config(tmp_path))
+    await node.start()
+    client = TerminalClient(f"ws://127.0.0.1:{node.ws_port}/")
+    try:
+        hello = await client.connect()
+        keys = [i.key for i in hello.instruments[:40]]
+        await client.subscribe(keys)
+        await asyncio.sleep(0.5)
+        real = codec.encode_delta_record
+        poisoned: list[int] = []
+
+        def encode(base: Tick | None, new: Tick) -> bytes:
+            if not poisoned:
+                poisoned.append(new.iid)  # the first symbol encoded from now on
+            if new.iid == poisoned[0]:
+                raise ValueError(f"iid {new.iid}: cannot encode")
+            return real(base, new)
+
+        # One symbol's encoder raises on every frame: the others' frames keep coming.
+        monkeypatch.setattr(codec, "encode_delta_record", encode)
+        rendered = client.stats.rendered
+        await _frames_keep_coming(client)
+        await until(lambda: client.stats.rendered > rendered + 10, "quotes rendered")
+        assert node.failures.counts.get("encode", 0) > 0
+        monkeypatch.setattr(codec, "encode_delta_record", real)
+
+        # A whole frame raises once: one frame is lost, the next ones go out.
+        publish = node.server.publish_frame
+        calls = {"n": 0}
+
+        def publish_frame(frame: Any) -> int:
+            calls["n"] += 1
+            if calls["n"] == 1:
+                raise RuntimeError("a bad frame")
+            return publish(frame)
+
+        monkeypatch.setattr(node.server, "publish_frame", publish_frame)
+        await _frames_keep_coming(client)
+        assert node.failures.counts.get("frame") == 1
+        assert not node.failed and client.connected
+        assert client.stats.regressions == 0
+    finally:
+        await client.close()
+        await node.stop()
+
+
+async def test_the_supervisor_restarts_a_loop_that_died(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    node = Node(node_config(tmp_path, {"simulator.rate": 1000, "server.heartbeat_s": 0.05}))
+    await node.start()
+    client = TerminalClient(f"ws://127.0.0.1:{node.ws_port}/")
+    try:
+        await client.connect()
+        real = node.server.publish_heartbeat
+        calls = {"n": 0}
+
+        def publish_heartbeat(wall_ms: int) -> None:
+            calls["n"] += 1
+            if calls["n"] == 2:
+                raise RuntimeError("heartbeat broke")
+            real(wall_ms)
+
+        monkeypatch.setattr(node.server, "publish_heartbeat", publish_heartbeat)
+        # a third call can only come from the loop started again after the second one broke
+        await until(lambda: calls["n"] >= 3, "the heartbeat loop started again")
+        beats = client.stats.heartbeats
+        await until(lambda: client.stats.heartbeats > beats, "a heartbeat after the restart")
+        assert node.failures.counts.get("supervisor") == 1
+        assert not node.failed
+    finally:
+        await client.close()
+        await node.stop()
+
+
+async def test_an_invariant_check_that_raises_is_a_counted_stage_failure(tmp_path: Path) -> None:
+    node = Node(node_config(tmp_path))
+    check = node.invariants.invariants[0]
+
+    def broken() -> Any:
+        raise RuntimeError("index walk broke")
+
+    check.check = broken  # type: ignore[method-assign]
+    node.invariants.run_once()
+    node.invariants.run_once()
+    assert node.failures.counts.get("invariants") == 2
+    assert not node.invariants.results[check.name].ok  # it cannot vouch for its invariant
+    # and the loop is one the supervisor starts again (named as its task is)
+    loop = node.invariants.run_forever()
+    try:
+        assert loop.__qualname__ in node._restartable()
+    finally:
+        loop.close()
+
+
+async def test_a_loop_that_keeps_dying_stops_the_node_with_the_reason(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    node = Node(node_config(tmp_path, {"simulator.rate": 1000, "server.heartbeat_s": 0.01}))
+    await node.start()
+    try:
+
+        def publish_heartbeat(wall_ms: int) -> None:
+            raise RuntimeError("heartbeat broke for good")
+
+        monkeypatch.setattr(node.server, "publish_heartbeat", publish_heartbeat)
+        await asyncio.wait_for(node.wait(), 10)
+        assert node.failed
+        assert "Node._heartbeat_loop" in node.failure_reason
+        assert "heartbeat broke for good" in node.failure_reason
+    finally:
+        await node.stop()

@@ -1,0 +1,69 @@
+"""The per-connection writer: bounded frames that may gap, answers that never drop."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from websockets.protocol import State
+
+from monotape.platform.server.connection import MAX_CONTROL_QUEUED, Connection, WriteFailed
+
+
+class StuckTransport:
+    """A socket whose peer stopped reading: everything written stays buffered."""
+
+    def __init__(self) -> None:
+        self.buffered = 0
+        self.writes: list[bytes] = []
+        self.room = False
+
+    def write(self, data: bytes) -> None:
+        self.writes.append(data)
+        if not self.room:
+            self.buffered += len(data)
+
+    def get_write_buffer_size(self) -> int:
+        return self.buffered
+
+    def get_extra_info(self, name: str) -> Any:
+        return None
+
+
+def connection(transport: StuckTransport) -> Connection:
+    ws = SimpleNamespace(
+        transport=transport, protocol=SimpleNamespace(state=State.OPEN), remote_address=None
+    )
+    return Connection(
+        1,
+        ws,
+        outbox_frames=4,
+        high_water=10,
+        opened_ns=0,
+        request_burst=4,  # type: ignore[arg-type]
+    )
+
+
+def test_a_terminal_in_a_gap_still_gets_its_answers_in_order() -> None:
+    t = StuckTransport()
+    c = connection(t)
+    assert c.deliver(b"frame-0" * 2)  # fills the buffer past the high-water mark
+    for i in range(10):  # the ring overflows: a gap
+        c.deliver(b"frame-%d" % i)
+    assert c.outbox.gap
+    assert not c.deliver_control(b"ack-1") and not c.deliver_control(b"ack-2")
+    assert not c.deliver(b"frame-late")  # never overtakes a queued answer
+    t.buffered, t.room = 0, True  # the terminal reads again
+    resolved = c.flush(lambda: b"snapshot")
+    assert resolved
+    assert t.writes[1:] == [b"ack-1", b"ack-2", b"snapshot"]  # answers first, then the base
+
+
+def test_a_terminal_that_never_reads_overflows_its_answers_and_is_torn_down() -> None:
+    c = connection(StuckTransport())
+    c.deliver(b"x" * 20)
+    for _ in range(MAX_CONTROL_QUEUED):
+        c.deliver_control(b"ack")
+    with pytest.raises(WriteFailed, match="not reading"):
+        c.deliver_control(b"ack")
