@@ -1,27 +1,46 @@
-"""Shared helpers for the benchmarks: the row shape, statistics, machine facts, process setup."""
+"""Shared helpers for the benchmarks: the one row type, statistics, machine facts, process setup."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
+import json
 import os
 import platform
 import resource
 import statistics
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
-    "ROW_KEYS",
+    "Row",
     "machine_summary",
     "median_min_max",
     "pin_to_cpu",
+    "print_rows",
     "raise_nofile",
     "row",
 ]
 
-# Every bench module's run(quick) returns rows with at least these keys (bench/__main__.py
-# adapts the modules that predate the shape).
-ROW_KEYS = ("benchmark", "variant", "value", "unit", "min", "max", "ratio", "note")
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One line of the benchmark table: what every bench module's ``run(quick)`` returns."""
+
+    benchmark: str
+    variant: str
+    value: float | None  # the median; None: not measured here (the note says why)
+    unit: str
+    min: float | None = None
+    max: float | None = None
+    ratio: float | None = None  # value / the peer's value
+    peer: str = ""
+    note: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        """The row as JSON-ready fields (what ``python -m bench.<room>.bench_x`` prints)."""
+        return dataclasses.asdict(self)
 
 
 def row(
@@ -35,18 +54,25 @@ def row(
     ratio: float | None = None,
     peer: str = "",
     note: str = "",
-) -> dict[str, Any]:
-    return {
-        "benchmark": benchmark,
-        "variant": variant,
-        "value": value,
-        "unit": unit,
-        "min": value if lo is None else lo,
-        "max": value if hi is None else hi,
-        "ratio": ratio,
-        "peer": peer,
-        "note": note,
-    }
+) -> Row:
+    """A measured row; min and max default to the value (one run)."""
+    return Row(
+        benchmark,
+        variant,
+        value,
+        unit,
+        min=value if lo is None else lo,
+        max=value if hi is None else hi,
+        ratio=ratio,
+        peer=peer,
+        note=note,
+    )
+
+
+def print_rows(rows: Sequence[Row]) -> None:
+    """One JSON object per row on stdout (each module's ``main``)."""
+    for r in rows:
+        print(json.dumps(r.as_dict(), ensure_ascii=False))
 
 
 def median_min_max(values: Sequence[float]) -> tuple[float, float, float]:

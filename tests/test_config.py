@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from monotape.config import CLIENT_ENV, ConfigError, load_config
+from monotape import config as config_module
+from monotape.config import CLIENT_ENV, AuthConfig, ConfigError, load_config
 
 
 @pytest.mark.parametrize("name", sorted(CLIENT_ENV))
@@ -57,3 +61,26 @@ def test_a_rate_that_is_not_positive_is_refused(rate: str) -> None:
     with pytest.raises(ConfigError) as err:
         load_config(None, {"MONOTAPE_SIMULATOR__RATE": rate})
     assert err.value.path == "simulator.rate"
+
+
+def test_auth_settings_load_like_every_other_section(tmp_path: Path) -> None:
+    toml = tmp_path / "monotape.toml"
+    toml.write_text('[auth]\naudience = "desk-a"\nleeway_s = 2.5\n')
+    cfg = load_config(str(toml), {"MONOTAPE_AUTH__ISSUER": "sso"})
+    assert cfg.auth == AuthConfig(audience="desk-a", issuer="sso", leeway_s=2.5)
+    with pytest.raises(ConfigError) as err:
+        load_config(None, {"MONOTAPE_AUTH__AUDIENCES": "x"})
+    assert err.value.path == "auth.audiences"
+
+
+def test_config_imports_nothing_of_the_product() -> None:
+    """config sits below every room: auth imports it (AuthConfig, ConfigError), never the
+    reverse, and no deferred import inside a function hides a circle."""
+    tree = ast.parse(Path(config_module.__file__).read_text())
+    imported = [
+        node.module if isinstance(node, ast.ImportFrom) else alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import | ast.ImportFrom)
+        for alias in node.names
+    ]
+    assert not [name for name in imported if name and name.startswith("monotape.platform")]

@@ -50,7 +50,7 @@ def _from_node(base: str, token: str | None, pattern: str, cfg: Config, minted: 
 
 def _built_in(pattern: str, cfg: Config) -> dict[str, Any]:
     from monotape.platform.feeds.simulator import build_universe
-    from monotape.platform.node.admin import match_keys
+    from monotape.platform.node.admin_desk import match_keys
 
     sim = cfg.simulator
     universe = build_universe(sim.venues, sim.instruments, sim.seed)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import math
 from collections.abc import Callable, Collection, Iterable, Mapping
+from typing import Protocol
 
 import numpy as np
 from prometheus_client.registry import CollectorRegistry
@@ -21,18 +22,29 @@ from prometheus_client.registry import CollectorRegistry
 from monotape.clock import Clock
 from monotape.log import log_event
 from monotape.metric_names import EVENT_LOOP_LAG_MAX
-from monotape.platform.server.looplag import LoopLagMonitor
 
 __all__ = [
     "HISTORY_S",
     "MAX_SERIES",
     "SAMPLE_PERIOD_S",
+    "LoopLag",
     "SampleRing",
     "SeriesKey",
     "collect_samples",
     "run_sampler",
     "sample_registry",
 ]
+
+
+class LoopLag(Protocol):
+    """What the sampler needs of the node's loop-lag monitor (``server/looplag.py``): the
+    scrape's running maximum, and a second maximum only the sampler resets. A protocol, so the
+    dashboards never import the server they observe."""
+
+    max_ns: int
+
+    def take_sample_max(self) -> int: ...
+
 
 SAMPLE_PERIOD_S = 1.0
 HISTORY_S = 3600  # the widest window the page offers
@@ -110,7 +122,7 @@ class SampleRing:
 
 
 def collect_samples(
-    registry: CollectorRegistry, loop_lag: LoopLagMonitor | None = None
+    registry: CollectorRegistry, loop_lag: LoopLag | None = None
 ) -> list[tuple[str, Mapping[str, str], float]]:
     """Every sample of ``registry``, read without stealing from the /metrics scrape: the
     event-loop lag's "max since the previous scrape" is handed back to the monitor (a
@@ -150,7 +162,7 @@ async def sample_registry(
     ring: SampleRing,
     registry: CollectorRegistry,
     clock: Clock,
-    loop_lag: LoopLagMonitor | None = None,
+    loop_lag: LoopLag | None = None,
     period_s: float = SAMPLE_PERIOD_S,
 ) -> None:
     """The node's sampler task: ``registry`` into ``ring`` every ``period_s``, dated by the

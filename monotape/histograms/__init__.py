@@ -4,7 +4,7 @@ Units: recorders take nanoseconds; histograms hold whole microseconds, 1 µs..60
 digits (values outside are clamped to the bounds and counted). See docs/histograms.md.
 """
 
-from .buckets import STAGE_DURATION_BUCKETS_S, DurationBuckets, StageDurationCollector
+from .buckets import STAGE_DURATION_BUCKETS_S, DurationBuckets, StageBuckets
 from .hdr import HIGHEST_US, LOWEST_US, SIGNIFICANT_DIGITS, new_histogram
 from .log import IntervalLogWriter, read_intervals
 from .query import Percentiles, merge, query, summarize, timeline
@@ -25,7 +25,7 @@ __all__ = [
     "IntervalLogWriter",
     "Percentiles",
     "Recorders",
-    "StageDurationCollector",
+    "StageBuckets",
     "StageRecorder",
     "add_report_arguments",
     "merge",

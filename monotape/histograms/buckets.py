@@ -4,8 +4,8 @@ The HDR intervals give exact per-node quantiles (``monotape_stage_latency_second
 quantile cannot be added to another node's quantile: a fleet-wide p99 needs bucket counts,
 which add. So every value a ``StageRecorder`` records is also counted into a few cumulative
 buckets placed around the budgets (40 ms frames, 45 ms conflated p99 on loopback, 80 ms
-tick-to-glass over a WAN, 5 ms priority), and ``StageDurationCollector`` exports them as
-``monotape_stage_duration_seconds{stage}`` when /metrics is read.
+tick-to-glass over a WAN, 5 ms priority), and ``StageDurationCollector`` (the node's
+collectors) exports them as ``monotape_stage_duration_seconds{stage}`` when /metrics is read.
 
 Cost: one ``np.searchsorted`` over 14 bounds and one ``np.bincount`` per flushed batch, riding
 on the recorder's vectorized flush, never a per-value ``observe()`` (~0.7 µs, MEASURED). Values
@@ -14,21 +14,15 @@ are the recorder's whole microseconds, so a bucket bound is exact to 1 µs.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
 from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
-from prometheus_client.core import HistogramMetricFamily, Metric
-from prometheus_client.registry import Collector
-
-from monotape import metric_names as m
 
 __all__ = [
     "STAGE_DURATION_BUCKETS_S",
     "DurationBuckets",
     "StageBuckets",
-    "StageDurationCollector",
 ]
 
 # Upper bounds (seconds): 1-20 ms for the fast stages and the 5 ms priority budget; 40 ms (one
@@ -95,26 +89,3 @@ class StageBuckets(Protocol):
 
     @property
     def buckets(self) -> DurationBuckets: ...
-
-
-class StageDurationCollector(Collector):
-    """``monotape_stage_duration_seconds{stage}`` for every recorder ``recorders()`` yields.
-
-    A recorder's values reach its buckets when they reach its HDR histogram (a flush: when a
-    batch fills, at least at every 10 s rotation), so the histogram never runs ahead of the
-    interval logs it mirrors."""
-
-    def __init__(self, recorders: Callable[[], Iterable[StageBuckets]]) -> None:
-        self._recorders = recorders
-
-    def collect(self) -> Iterator[Metric]:
-        family = HistogramMetricFamily(
-            m.STAGE_DURATION,
-            "Stage latency as bucket counts that add across processes and hosts "
-            "(histogram_quantile over sum by (le, stage)); stage glass is an upper bound.",
-            labels=["stage"],
-        )
-        for recorder in self._recorders():
-            b = recorder.buckets
-            family.add_metric([recorder.stage], b.cumulative(), sum_value=b.sum_us / 1e6)
-        yield family

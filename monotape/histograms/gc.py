@@ -11,8 +11,9 @@ walk) to a bounded deque and bumps plain lists of ints. MEASURED puts a bare pai
 this one measured 1.0-1.5 µs per collection (an empty pair: 0.12 µs) in ``bench/bench_gc.py``,
 i.e. ~1 ms per second at ~1,000 gen-0 collections a second.
 
-Nothing here is on the per-tick path; ``GcCollector`` turns the counters into a
-``HistogramMetricFamily`` only when /metrics is read (prometheus_client costs ~0.7 µs per
+Nothing here is on the per-tick path; ``GcCollector`` (the node's collectors,
+``monotape/platform/node/collectors.py``) turns the counters into a ``HistogramMetricFamily``
+only when /metrics is read (prometheus_client costs ~0.7 µs per
 ``observe``, MEASURED).
 """
 
@@ -22,25 +23,16 @@ import gc
 import time
 from bisect import bisect_left
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
-from prometheus_client.core import (
-    CounterMetricFamily,
-    GaugeMetricFamily,
-    HistogramMetricFamily,
-    Metric,
-)
-from prometheus_client.registry import Collector
 
-from monotape import metric_names as m
 from monotape.clock import Clock
 
 __all__ = [
     "GC_PAUSE_BUCKETS_S",
     "GENERATIONS",
-    "GcCollector",
     "GcMonitor",
     "GcPause",
 ]
@@ -306,42 +298,3 @@ def _start(p: GcPause) -> int:
 
 def _le(bound: float) -> str:
     return repr(float(bound))
-
-
-class GcCollector(Collector):
-    """``monotape_gc_pause_seconds{generation}`` (histogram), built at scrape time.
-
-    Pass ``frozen_name`` (a name from ``metric_names``) to also export the permanent
-    generation's size as a gauge.
-    """
-
-    def __init__(self, monitor: GcMonitor, *, frozen_name: str | None = None) -> None:
-        self._monitor = monitor
-        self._frozen_name = frozen_name
-
-    def collect(self) -> Iterator[Metric]:
-        family = HistogramMetricFamily(
-            m.GC_PAUSE, "CPython garbage-collection pauses, by generation.", labels=["generation"]
-        )
-        for g in GENERATIONS:
-            buckets, total_s, _ = self._monitor.histogram(g)
-            family.add_metric([str(g)], buckets, sum_value=total_s)
-        yield family
-        if self._frozen_name:
-            yield GaugeMetricFamily(
-                self._frozen_name,
-                "Objects in CPython's permanent generation (gc.freeze), never collected.",
-                value=self._monitor.frozen_now,
-            )
-        refreezes = CounterMetricFamily(
-            m.GC_REFREEZES,
-            "gc.freeze() calls after new connections settled (gc_policy).",
-        )
-        refreezes.add_metric([], self._monitor.freezes)
-        yield refreezes
-        reclaims = CounterMetricFamily(
-            m.GC_RECLAIMS,
-            "Full collections that reclaimed the cycles of closed frozen connections (gc_policy).",
-        )
-        reclaims.add_metric([], self._monitor.reclaims)
-        yield reclaims

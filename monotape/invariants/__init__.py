@@ -2,7 +2,8 @@
 
 design (Observability): subscription cardinality and no index entry pointing at a dead
 connection. ``checks`` holds the checks (no I/O), ``monitor`` runs them on a schedule and logs
-transitions once, ``collector`` exports ``monotape_invariant_violation{invariant}`` at scrape time.
+transitions once; ``InvariantCollector`` (``monotape/platform/node/collectors.py``) exports
+``monotape_invariant_violation{invariant}`` at scrape time.
 """
 
 from __future__ import annotations
@@ -12,18 +13,18 @@ from monotape.invariants.checks import (
     Invariant,
     InvariantResult,
     NoDanglingEntries,
+    SubscriptionBooks,
     SubscriptionCardinality,
 )
-from monotape.invariants.collector import InvariantCollector
 from monotape.invariants.monitor import DEFAULT_INTERVAL_S, InvariantMonitor
 
 __all__ = [
     "DEFAULT_INTERVAL_S",
     "MAX_OFFENDING",
     "Invariant",
-    "InvariantCollector",
     "InvariantMonitor",
     "InvariantResult",
     "NoDanglingEntries",
+    "SubscriptionBooks",
     "SubscriptionCardinality",
 ]

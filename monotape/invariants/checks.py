@@ -7,7 +7,8 @@ connection entry, so the close path found nothing and skipped cleanup: after 60 
 subscriber-set entries pointed at dead connections and p99 had doubled. These checks make that
 class of bug visible at the next check instead of 60 hours later.
 
-A check is a plain object with no I/O: it reads the index and answers with an
+A check is a plain object with no I/O: it reads the index (through ``SubscriptionBooks``, the
+few questions it asks of it, so invariants depend on no fan-out class) and answers with an
 ``InvariantResult`` that carries the numbers (expected, actual, up to 20 offenders), so an SRE
 sees *how* wrong, not just *that* it is wrong.
 """
@@ -15,18 +16,19 @@ sees *how* wrong, not just *that* it is wrong.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
+from collections.abc import Set as AbstractSet
 from typing import Final, Protocol
 
 import msgspec
 
 from monotape.clock import Clock, SystemClock
-from monotape.platform.core.fanout import SubscriptionIndex
 
 __all__ = [
     "MAX_OFFENDING",
     "Invariant",
     "InvariantResult",
     "NoDanglingEntries",
+    "SubscriptionBooks",
     "SubscriptionCardinality",
 ]
 
@@ -54,6 +56,33 @@ class Invariant(Protocol):
     def check(self) -> InvariantResult: ...
 
 
+class SubscriptionBooks(Protocol):
+    """What the checks read of the fan-out's subscription index (``SubscriptionIndex`` in
+    ``platform/core/fanout.py`` is the one implementation). Read-only: a check never mutates."""
+
+    def cardinality(self) -> tuple[int, int]:
+        """(Σ over signatures of members x connections, Σ over connections of subscriptions)."""
+        ...
+
+    def connection_ids(self) -> AbstractSet[int]: ...
+
+    def subscriptions(self, conn: int) -> AbstractSet[int]: ...
+
+    def signature(self, conn: int) -> int | None: ...
+
+    def members(self, sig: int) -> AbstractSet[int]: ...
+
+    def connections(self, sig: int) -> AbstractSet[int]: ...
+
+    def priority(self, conn: int) -> AbstractSet[int]: ...
+
+    def priority_connections(self, iid: int) -> AbstractSet[int]: ...
+
+    def dangling(self) -> list[tuple[str, int]]:
+        """(where, conn) of entries naming a connection the index itself has forgotten."""
+        ...
+
+
 def _stamp(
     name: str, clock: Clock, started_ns: int, expected: int, actual: int, offending: list[str]
 ) -> InvariantResult:
@@ -79,7 +108,7 @@ class SubscriptionCardinality:
 
     name = "subscription_cardinality"
 
-    def __init__(self, index: SubscriptionIndex, *, clock: Clock | None = None) -> None:
+    def __init__(self, index: SubscriptionBooks, *, clock: Clock | None = None) -> None:
         self._index = index
         self._clock: Clock = clock or SystemClock()
 
@@ -109,10 +138,10 @@ class SubscriptionCardinality:
 class NoDanglingEntries:
     """No index entry names a connection that is not in the live connection registry.
 
-    ``live`` returns the server's registry (``FanoutServer.connections``: its keys are the live
-    connection ids). Every place the index names a connection counts: its own registry, conn ->
-    subscriptions, conn -> signature, signature -> connections, conn -> priority and iid ->
-    priority connections. ``expected`` is 0; ``actual`` is the number of dangling entries;
+    ``live`` returns the server's connection table (``FanoutServer.connections``: its keys are
+    the live connection ids). Every place the index names a connection counts: its own registry,
+    conn -> subscriptions, conn -> signature, signature -> connections, conn -> priority and
+    iid -> priority connections. ``expected`` is 0; ``actual`` is the number of dangling entries;
     ``offending`` names them as ``"index:conn"``.
 
     The seed bug shape: the connection entry deleted without ``remove_connection``. The index
@@ -125,7 +154,7 @@ class NoDanglingEntries:
 
     def __init__(
         self,
-        index: SubscriptionIndex,
+        index: SubscriptionBooks,
         live: Callable[[], Collection[int]],
         *,
         clock: Clock | None = None,
@@ -153,7 +182,7 @@ class NoDanglingEntries:
             if conn not in live:
                 note(where, conn)
         # Connections the index still holds but the server has dropped: the seed's bug.
-        for conn in sorted(index.connection_ids().difference(live)):
+        for conn in sorted(c for c in index.connection_ids() if c not in live):
             note("registry", conn)
             note("conn->iids", conn)
             sig = index.signature(conn)

@@ -32,23 +32,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import random
-import sys
 from collections.abc import Callable
-from typing import Annotated, Final
-from urllib.parse import urlsplit
+from typing import Final
 
-import msgspec
 import websockets
-from msgspec import Meta
 from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from monotape.commands.clientside import redact
+from monotape.loadgen.churn_plan import ChurnConfig, ChurnFailed, ChurnRefused, check_loopback
+from monotape.loadgen.churn_report import ChurnProgress, ChurnReport, Tally, print_progress
 from monotape.loadgen.rst import reset
 from monotape.loadgen.watchlists import zipf_watchlists
-from monotape.platform.sdk.client import parse_retry_after
+from monotape.platform.sdk.reconnect import parse_retry_after
 from monotape.platform.wire import codec
 from monotape.platform.wire.requests import MAX_KEYS, Subscribe, Unsubscribe, encode_request
 
@@ -64,135 +61,6 @@ __all__ = [
 ]
 
 _WATCHLIST_POOL: Final = 4_200  # the workload's observed peak; sessions draw from this pool
-_MAX_ERROR_SAMPLES: Final = 20
-
-Positive = Annotated[float, Meta(gt=0)]
-Share = Annotated[float, Meta(ge=0, le=1)]
-
-
-class ChurnConfig(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
-    """The knobs (docs/churn.md). Defaults run on a laptop against ``monotape run``."""
-
-    arrival_rate_per_s: Positive = 100.0  # base trace: session arrivals per second
-    mean_session_s: Positive = 5.0  # base trace: mean session length (exponential)
-    rate_multiple: Positive = 1.3  # replay the base trace at this multiple
-    rst_share: Share = 0.06  # share of sessions that leave with an RST (seed: ~6%)
-    mean_change_interval_s: Positive = 2.0  # mean time between subscription changes
-    duration_s: Positive = 30.0  # no arrivals after this; live sessions are ended at it
-    drain_s: Positive = 5.0  # then at most this long for sessions to finish, then cancel
-    max_connections: Annotated[int, Meta(ge=1)] = 1_000  # concurrently open (or opening)
-    max_total: Annotated[int, Meta(ge=1)] = 100_000  # sessions started, over the whole run
-    open_timeout_s: Positive = 5.0
-    close_timeout_s: Positive = 2.0
-    progress_interval_s: Positive = 1.0
-    retry_cap_s: Positive = 10.0  # a 503's Retry-After is honoured up to this long
-    seed: int = 1
-
-
-class ChurnProgress(msgspec.Struct, frozen=True):
-    """A live snapshot, reported every ``progress_interval_s``."""
-
-    elapsed_s: float
-    open: int  # connections open right now
-    opened: int  # sessions whose WebSocket opened
-    closed: int  # left gracefully (close handshake)
-    rst: int  # left abruptly (RST)
-    errors: int  # failed to open, or lost without asking
-    skipped: int  # arrivals dropped at max_connections
-
-
-class ChurnReport(msgspec.Struct, frozen=True):
-    """What happened (docs/churn.md explains each field)."""
-
-    url: str
-    elapsed_s: float
-    target_arrivals_per_s: float
-    started: int  # sessions started (arrivals admitted under the caps)
-    opened: int
-    closed: int
-    rst: int
-    errors: int
-    attempts: int  # opening handshakes tried by the sessions, retries included
-    rejected: int  # HTTP 503 + Retry-After at the upgrade (shedding, by design): retried
-    gave_up: int  # sessions still refused (503) or timing out at their planned end: not errors
-    timeouts: int  # opening handshakes that timed out (a starved node): retried, not errors
-    server_closed: int  # the server closed the session first: part of errors
-    skipped: int
-    cancelled: int  # still running after drain_s and cancelled
-    peak_open: int
-    subscribes: int
-    changes: int
-    messages: int  # server messages received (hello, snapshots, frames, acks, heartbeats)
-    error_samples: list[str]
-
-    @property
-    def rst_share(self) -> float:
-        left = self.closed + self.rst
-        return self.rst / left if left else 0.0
-
-
-class ChurnRefused(ValueError):
-    """The URL is not one the driver will aim at (not ws://, or not loopback)."""
-
-
-class ChurnFailed(RuntimeError):
-    """The probe session could not read the dictionary; ``str()`` is one line saying why.
-
-    ``failure`` is what the upgrade raised (``InvalidStatus`` for a refusal, ``OSError`` when
-    nothing listens), so a command line can say what to do about it with what it knows about
-    the token (``clientside.connect_failure``)."""
-
-    def __init__(self, message: str, failure: BaseException) -> None:
-        super().__init__(message)
-        self.failure = failure
-
-
-def check_loopback(url: str) -> tuple[str, int]:
-    """(host, port) of a ws:// URL on 127.0.0.0/8, ::1 or localhost; ChurnRefused otherwise."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("ws", "wss"):
-        raise ChurnRefused(f"churn needs a ws:// or wss:// URL, got {url!r}")
-    host = parts.hostname or ""
-    try:
-        port = parts.port or (443 if parts.scheme == "wss" else 80)
-    except ValueError as exc:
-        raise ChurnRefused(f"bad port in {url!r}") from exc
-    if host == "localhost":
-        return host, port
-    try:
-        loopback = ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        loopback = False
-    if not loopback:
-        raise ChurnRefused(
-            f"churn refuses {host!r}: it opens and resets connections at a high rate, so it only"
-            " targets loopback (127.0.0.0/8, ::1 or localhost)"
-        )
-    return host, port
-
-
-def print_progress(p: ChurnProgress) -> None:
-    """The live progress line on stderr (a ``progress`` callback for the CLI)."""
-    sys.stderr.write(
-        f"\rchurn {p.elapsed_s:6.1f}s  open {p.open:5d}  opened {p.opened:6d}"
-        f"  closed {p.closed:6d}  rst {p.rst:5d}  errors {p.errors:4d}  skipped {p.skipped:4d}"
-    )
-    sys.stderr.flush()
-
-
-class _Tally:
-    def __init__(self) -> None:
-        self.started = self.opened = self.closed = self.rst = self.errors = 0
-        self.rejected = self.gave_up = self.server_closed = self.skipped = self.cancelled = 0
-        self.timeouts = self.attempts = 0
-        self.open = self.pending = self.peak_open = 0
-        self.subscribes = self.changes = self.messages = 0
-        self.error_samples: list[str] = []
-
-    def error(self, what: str) -> None:
-        self.errors += 1
-        if len(self.error_samples) < _MAX_ERROR_SAMPLES:
-            self.error_samples.append(what[:200])
 
 
 class _Churn:
@@ -203,7 +71,7 @@ class _Churn:
         self.cfg = cfg
         self.headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.rng = random.Random(cfg.seed)
-        self.tally = _Tally()
+        self.tally = Tally()
         self.watchlists: list[list[str]] = []
         self.sessions: set[asyncio.Task[None]] = set()
         self.loop = asyncio.get_running_loop()

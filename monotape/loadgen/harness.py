@@ -18,7 +18,6 @@ import multiprocessing as mp
 import queue
 import threading
 import time
-import urllib.request
 from collections.abc import Callable
 from typing import Annotated, Any, Final
 from urllib.parse import urlsplit, urlunsplit
@@ -26,11 +25,11 @@ from urllib.parse import urlsplit, urlunsplit
 import msgspec
 import websockets
 from msgspec import Meta
-from prometheus_client.parser import text_string_to_metric_families
 from websockets.exceptions import InvalidHandshake, InvalidStatus, InvalidURI
 
 from monotape.commands.clientside import redact
 from monotape.loadgen.churn import ChurnFailed, ChurnRefused, check_loopback
+from monotape.loadgen.launch import scrape, sum_samples
 from monotape.loadgen.report import (
     LoadProgress,
     LoadReport,
@@ -47,7 +46,7 @@ from monotape.metric_names import (
     EVENT_LOOP_LAG,
     EVENT_LOOP_LAG_MAX,
 )
-from monotape.platform.sdk.client import parse_retry_after
+from monotape.platform.sdk.reconnect import parse_retry_after
 from monotape.platform.wire import codec
 
 __all__ = ["LoadConfig", "LoadFailed", "LoadRefused", "run_load"]
@@ -138,16 +137,14 @@ def _watchlists(keys: list[str], sizes: list[int], seed: int) -> list[list[str]]
 
 
 # -- the server's /metrics --------------------------------------------------------------------
+_WANTED: Final = (EVENT_LOOP_LAG, EVENT_LOOP_LAG_MAX, AUTH_CACHE_HITS, AUTH_CACHE_MISSES)
+
+
 def _scrape(admin_url: str) -> dict[str, float]:
-    with urllib.request.urlopen(admin_url.rstrip("/") + "/metrics", timeout=3) as r:
-        text: str = r.read().decode()
-    wanted = {EVENT_LOOP_LAG, EVENT_LOOP_LAG_MAX, AUTH_CACHE_HITS, AUTH_CACHE_MISSES}
-    out: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            if s.name in wanted:
-                out[s.name] = out.get(s.name, 0.0) + s.value
-    return out
+    """The figures the report wants, each summed over the node's processes."""
+    samples = scrape(admin_url, timeout_s=3)
+    present = {name for name, _ in samples}
+    return {n: sum_samples(samples, n) for n in _WANTED if n in present}
 
 
 class _Scraper(threading.Thread):

@@ -28,11 +28,12 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidSta
 
 from monotape.loadgen.rst import reset
 from monotape.loadgen.trace import SessionPlan
-from monotape.platform.sdk.client import hint_from_reason, next_delay, parse_retry_after
+from monotape.loadgen.worker_job import Job, Knobs, WorkerResult, last_gap
+from monotape.platform.sdk.reconnect import hint_from_reason, next_delay, parse_retry_after
 from monotape.platform.wire import codec
 from monotape.platform.wire.requests import Subscribe, encode_request
 
-__all__ = ["Job", "WorkerResult", "last_gap", "worker_main"]
+__all__ = ["Job", "Knobs", "WorkerResult", "last_gap", "worker_main"]
 
 _MAX_ERROR_SAMPLES: Final = 20
 _WAVES: Final = 16  # attempt numbers tracked separately; later ones land in the last bucket
@@ -43,69 +44,6 @@ _HELLO, _SNAPSHOT, _FRAME, _ERROR, _CLOSE = (
     codec.Kind.ERROR,
     codec.Kind.CLOSE,
 )
-
-
-class Knobs(msgspec.Struct, frozen=True):
-    """The part of LoadConfig a worker needs."""
-
-    backoff_base_s: float
-    backoff_cap_s: float
-    open_timeout_s: float
-    close_timeout_s: float
-    first_frame_timeout_s: float
-    settle_s: float
-    drain_s: float
-    seed: int
-
-
-class Job(msgspec.Struct, frozen=True):
-    wid: int
-    url: str
-    duration_s: int
-    knobs: Knobs
-    plans: list[SessionPlan]
-    watchlists: list[list[str]]  # one per plan
-
-
-class WorkerResult(msgspec.Struct, frozen=True):
-    wid: int
-    connect_ms: list[float]
-    first_frame_ms: list[float]
-    attempts: int
-    rejected: int
-    retries: int
-    waves: list[int]
-    connect_failures: int
-    graceful: int
-    abrupt: int
-    closed_at_end: int
-    lost: int
-    abandoned: int
-    errors: int
-    error_samples: list[str]
-    connected_sessions: int
-    first_frame_sessions: int
-    peak: int
-    last_gap: int  # the last whole second some due terminal of this worker was not receiving
-    due_at_end: int
-    up_at_end: int
-    seconds: list[list[int]]  # per second: attempts, rejected, opened, first_frames, connected
-    cancelled: int
-
-
-def last_gap(due_lo: float, due_hi: float, ups: list[tuple[float, float]]) -> int:
-    """The last whole second s in [due_lo, due_hi) not covered by any [start, end) of ``ups``
-    (disjoint, in order); -1 if every such second is covered."""
-    s = math.ceil(due_hi) - 1
-    lo = math.ceil(due_lo)
-    for start, end in reversed(ups):
-        if s < lo:
-            return -1
-        if s >= end:
-            return s
-        if s >= start:
-            s = math.ceil(start) - 1
-    return s if s >= lo else -1
 
 
 class _Worker:

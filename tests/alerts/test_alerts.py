@@ -14,7 +14,7 @@ from monotape import metric_names as m
 from monotape.alerts import DEFAULT_RULES_PATH, AlertRule, alert_rules, render_rules
 from monotape.alerts.yaml_writer import dump
 from monotape.cli import main
-from tests.prom_tools import require_tool
+from monotape.testing.prometheus import require_tool
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / DEFAULT_RULES_PATH

@@ -28,10 +28,9 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
 from monotape import log
 from monotape.clock import FakeClock
-from monotape.config import ConfigError
+from monotape.config import AuthConfig, ConfigError
 from monotape.platform.auth import (
     REASONS,
-    AuthConfig,
     AuthError,
     Claims,
     KeySet,

@@ -7,22 +7,14 @@ reads gives the same counts, and every ping is answered with its own payload."""
 from __future__ import annotations
 
 import asyncio
-import importlib
-import sys
-from pathlib import Path
-from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bench import wsclient
+from bench.e2e import bench_latency
 from tests.conftest import NO_LAG_SHEDDING
-
-ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:  # `bench` lives at the repository root, beside `monotape`
-    sys.path.insert(0, str(ROOT))
-wsclient = importlib.import_module("bench.wsclient")
-bench_latency = importlib.import_module("bench.bench_latency")
 
 
 class _Transport:
@@ -149,8 +141,8 @@ def test_latency_bench_holds_a_tiny_population(monkeypatch: pytest.MonkeyPatch) 
     assert o.priority_per_s > 0, log  # terminal 0 holds an order ticket
     assert o.errors_received == 0 and not o.errors, (o.errors, log)
     assert o.server_cpu > 0 and o.client_cpu > 0
-    rows: list[dict[str, Any]] = bench_latency._rows([o], None, size)
-    assert {r["benchmark"] for r in rows} >= {
+    rows = bench_latency._rows([o], None, size)
+    assert {r.benchmark for r in rows} >= {
         "latency: priority p99",
         "latency: frames per terminal",
         "latency: load client CPU",

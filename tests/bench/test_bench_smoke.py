@@ -5,34 +5,28 @@ from __future__ import annotations
 
 import importlib
 import math
-import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:  # `bench` lives at the repository root, beside `monotape`
-    sys.path.insert(0, str(ROOT))
-bench_main = importlib.import_module("bench.__main__")
-bench_fanout = importlib.import_module("bench.bench_fanout")
-bench_wire = importlib.import_module("bench.bench_wire")
+from bench.common import Row
+from bench.fanout import bench_fanout
+from bench.micro import bench_wire
+
+bench_main = importlib.import_module("bench.__main__")  # `python -m bench`
 
 pytestmark = pytest.mark.slow  # fan-out: three server/client process pairs, + two with node
 
 
-def _check(rows: list[dict[str, Any]]) -> None:
+def _check(rows: list[Row]) -> None:
     assert rows
     for r in rows:
-        for key in ("benchmark", "variant", "value", "unit", "min", "max", "ratio", "note"):
-            assert key in r, (key, r)
-        assert isinstance(r["benchmark"], str) and r["benchmark"]
-        assert isinstance(r["variant"], str) and r["variant"]
-        assert isinstance(r["unit"], str) and r["unit"]
-        assert math.isfinite(r["value"]) and r["value"] > 0, r
-        for key in ("min", "max", "ratio"):
-            if r[key] is not None:
-                assert math.isfinite(r[key]) and r[key] > 0, (key, r)
+        assert isinstance(r, Row), r  # one typed row, no adapters for other shapes
+        assert r.benchmark and r.variant and r.unit, r
+        assert r.value is not None and math.isfinite(r.value) and r.value > 0, r
+        for v in (r.min, r.max, r.ratio):
+            if v is not None:
+                assert math.isfinite(v) and v > 0, r
 
 
 def test_fanout_smoke() -> None:
@@ -41,16 +35,16 @@ def test_fanout_smoke() -> None:
         True, connections=12, seconds=0.8, warmup=0.2, runs=1, variants=("monotape",)
     )
     _check(rows)
-    variants = {r["variant"] for r in rows}
+    variants = {r.variant for r in rows}
     assert variants == {"naive", "monotape", "floor"}
-    assert all(r["benchmark"].endswith("@ 12 conns") for r in rows)
-    assert not any("only" in r["note"] and "subscribed" in r["note"] for r in rows)
+    assert all(r.benchmark.endswith("@ 12 conns") for r in rows)
+    assert not any("only" in r.note and "subscribed" in r.note for r in rows)
 
 
 @pytest.mark.skipif(
     not bench_fanout.node_available(), reason="node/ws not installed (npm ci --prefix bench/node)"
 )
-def test_fanout_node_smoke(tmp_path: Any) -> None:
+def test_fanout_node_smoke(tmp_path: Path) -> None:
     # One tiny run of the raw-socket node variant against the same client: ~2 s (both node
     # variants share the workload loading, subscribe parsing and reporting code).
     workload = str(tmp_path / "workload.json")
@@ -81,11 +75,11 @@ def test_fanout_rows_without_node() -> None:
     }
     summary = {v: bench_fanout._summarize(v, [fake]) for v in ("naive", "monotape", "floor")}
     rows = bench_fanout._rows(40, "40 conns", summary, list(bench_fanout.NODE_VARIANTS))
-    skipped = [r for r in rows if r["value"] is None]
-    assert {r["variant"] for r in skipped} == set(bench_fanout.NODE_VARIANTS)
+    skipped = [r for r in rows if r.value is None]
+    assert {r.variant for r in skipped} == set(bench_fanout.NODE_VARIANTS)
     assert len(skipped) == 4  # CPU and frames/s rows
-    assert all(r["note"] == bench_fanout.NODE_SKIPPED for r in skipped)
-    _check([r for r in rows if r["value"] is not None])
+    assert all(r.note == bench_fanout.NODE_SKIPPED for r in skipped)
+    _check([r for r in rows if r.value is not None])
     text = bench_main.table(rows)
     assert text.count("skipped: node/ws not installed (npm ci --prefix bench/node)") == 4
 
@@ -93,8 +87,9 @@ def test_fanout_rows_without_node() -> None:
 def test_wire_smoke() -> None:
     rows = bench_wire.run(True, count=4)
     _check(rows)
-    binary = next(r for r in rows if r["variant"] == "binary")
-    assert binary["ratio"] < 1.0  # binary is smaller than the same frame as JSON
+    binary = next(r for r in rows if r.variant == "binary")
+    assert binary.ratio is not None
+    assert binary.ratio < 1.0  # binary is smaller than the same frame as JSON
 
 
 def test_main_collects_other_benches_and_renders() -> None:
@@ -107,7 +102,7 @@ def test_main_collects_other_benches_and_renders() -> None:
     assert text.count("\n|") == len(rows) + 2  # header, separator, a line per row
 
 
-def test_write_doc_keeps_prose(tmp_path: Any) -> None:
+def test_write_doc_keeps_prose(tmp_path: Path) -> None:
     doc = tmp_path / "b.md"
     doc.write_text(f"# B\n\nprose\n\n{bench_main.BEGIN}\nold\n{bench_main.END}\n\nafter\n")
     bench_main.write_doc(doc, "new")

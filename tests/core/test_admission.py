@@ -83,9 +83,9 @@ async def test_storm_gets_503_with_retry_after_and_hydration_and_glass_are_measu
 
 @pytest.mark.parametrize("share", [0.005, 0.05])
 def test_glass_cohort_is_about_the_share(share: float) -> None:
-    from monotape.platform.server.fanout_server import _sampled
+    from monotape.platform.server.keepalive import in_glass_cohort
 
-    n = sum(_sampled(i, share) for i in range(1, 100_001))
+    n = sum(in_glass_cohort(i, share) for i in range(1, 100_001))
     assert abs(n - share * 100_000) < share * 100_000 * 0.2
 
 

@@ -14,8 +14,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from monotape.metric_names import DUPLICATE_TICKS, SEQUENCE_REGRESSIONS, TICKS_ADMITTED
 from monotape.platform.core.admit import Verdict, VersionGuard
 from monotape.platform.core.conflation import FRAME_NS
-from monotape.platform.core.sequencer import Lane, Sequencer, SequencerCollector, VenueCounters
+from monotape.platform.core.sequencer import Lane, Sequencer, VenueCounters
 from monotape.platform.model import Tick
+from monotape.platform.node.collectors import SequencerCollector
 
 
 def tick(iid: int, epoch: int, seq: int, venue: str = "XNAS", handler: str = "a") -> Tick:

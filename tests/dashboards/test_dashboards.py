@@ -57,8 +57,9 @@ from monotape.dashboards.web import dashboard_handlers
 from monotape.histograms.gc import GcPause
 from monotape.histograms.plot import PAUSE_THRESHOLD_MS
 from monotape.log import set_stream
+from monotape.platform.node.collectors import LoopLagCollector
 from monotape.platform.node.node import Node
-from monotape.platform.server.looplag import LoopLagCollector, LoopLagMonitor
+from monotape.platform.server.looplag import LoopLagMonitor
 from tests.conftest import node_config
 
 ROOT = Path(__file__).resolve().parents[2]

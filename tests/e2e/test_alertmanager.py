@@ -15,8 +15,8 @@ import pytest
 
 from monotape import metric_names as m
 from monotape.alerts import DEFAULT_RULES_PATH
+from monotape.testing.prometheus import require_tool, run_alertmanager, run_prometheus, until
 from tests.conftest import RunningServer, mint
-from tests.prom_tools import require_tool, run_alertmanager, run_prometheus, until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

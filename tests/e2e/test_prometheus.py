@@ -18,8 +18,8 @@ from monotape import metric_names as m
 from monotape.alerts import DEFAULT_RULES_PATH, alert_rules
 from monotape.dashboards.panels import promql_expressions
 from monotape.platform.sdk.client import TerminalClient
+from monotape.testing.prometheus import Prometheus, require_tool, run_prometheus
 from tests.conftest import RunningServer, mint
-from tests.prom_tools import Prometheus, require_tool, run_prometheus
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

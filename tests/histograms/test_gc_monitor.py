@@ -14,11 +14,12 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from monotape import metric_names as m
 from monotape.clock import FakeClock
-from monotape.histograms.gc import GC_PAUSE_BUCKETS_S, GcCollector, GcMonitor, GcPause
+from monotape.histograms.gc import GC_PAUSE_BUCKETS_S, GcMonitor, GcPause
 from monotape.histograms.log import IntervalLogWriter
 from monotape.histograms.plot import render_latency_svg
 from monotape.histograms.recorder import Recorders
 from monotape.histograms.timeline import overlay, timeline_rows, timeline_with_gc
+from monotape.platform.node.collectors import GcCollector
 
 SVG = "{http://www.w3.org/2000/svg}"
 T0 = 1_764_460_800_000  # wall ms, on the 10 s grid

@@ -76,6 +76,29 @@ def test_batch_equals_per_value(values: list[int], capacity: int) -> None:
     assert r.clamped == r2.clamped == expected_clamped
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(values_ns.map(lambda v: v[:40]), max_size=12),
+    st.integers(min_value=1, max_value=64),
+)
+def test_add_ns_batches_equal_per_value(batches: list[list[int]], capacity: int) -> None:
+    """``add_ns``: batches of any size against any buffer size (smaller, equal, larger) land
+    exactly as per-value records, and the caller may reuse its array at once (the server's
+    priority buffer does)."""
+    flat = [v for b in batches for v in b]
+    r = StageRecorder("priority", start_ms=0, buffer_capacity=capacity)
+    reused = np.empty(64, dtype=np.int64)
+    for batch in batches:
+        n = len(batch)
+        reused[:n] = batch
+        r.add_ns(reused[:n])
+        reused[:n] = -1  # overwritten at once: a recorder that kept a view would record -1s
+        assert r.pending < capacity  # a full buffer has flushed itself
+    assert r.recorded + r.pending == len(flat)
+    assert_same(r.rotate(1).histogram, per_value(flat))
+    assert r.clamped == sum(1 for v in flat if v < 0 or v // 1000 > hdr.HIGHEST_US)
+
+
 def test_large_batch_bincount_path_equals_per_value() -> None:
     rng = np.random.default_rng(7)
     values = np.concatenate(

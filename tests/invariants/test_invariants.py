@@ -18,7 +18,6 @@ from monotape import metric_names as m
 from monotape.clock import FakeClock
 from monotape.invariants import (
     MAX_OFFENDING,
-    InvariantCollector,
     InvariantMonitor,
     InvariantResult,
     NoDanglingEntries,
@@ -26,6 +25,7 @@ from monotape.invariants import (
 )
 from monotape.log import set_stream
 from monotape.platform.core.fanout import SubscriptionIndex
+from monotape.platform.node.collectors import InvariantCollector
 from tests.conftest import until
 
 

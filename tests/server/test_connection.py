@@ -37,11 +37,10 @@ def connection(transport: StuckTransport) -> Connection:
     )
     return Connection(
         1,
-        ws,
+        ws,  # type: ignore[arg-type]
         outbox_frames=4,
         high_water=10,
         opened_ns=0,
-        request_burst=4,  # type: ignore[arg-type]
     )
 
 

@@ -21,7 +21,8 @@ from monotape.platform.model import Tick
 from monotape.platform.node.node import Node
 from monotape.platform.sdk.client import TerminalClient
 from monotape.platform.server.connection import Connection
-from monotape.platform.server.fanout_server import PRIORITY_BUFFER, FanoutServer
+from monotape.platform.server.endpoint import FanoutServer
+from monotape.platform.server.writer import PRIORITY_BUFFER
 from tests.conftest import node_config
 
 US = 1_000
@@ -75,7 +76,6 @@ def _connect(
         outbox_frames=64,
         high_water=server.cfg.write_high_water,
         opened_ns=clock.now_ns(),
-        request_burst=40,
     )
     server.index.add_connection(cid)
     server.index.subscribe(cid, subs)

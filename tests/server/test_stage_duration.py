@@ -15,7 +15,6 @@ from monotape.histograms import (
     STAGE_DURATION_BUCKETS_S,
     DurationBuckets,
     Recorders,
-    StageDurationCollector,
     StageRecorder,
 )
 from monotape.platform.core.conflation import Frame
@@ -23,7 +22,8 @@ from monotape.platform.core.sequencer import Sequencer
 from monotape.platform.core.stamps import StageStamps
 from monotape.platform.feeds.simulator import build_universe
 from monotape.platform.model import Tick
-from monotape.platform.server.fanout_server import FanoutServer
+from monotape.platform.node.collectors import StageDurationCollector
+from monotape.platform.server.endpoint import FanoutServer
 from tests.server.test_priority_stage import _connect  # the fake terminal socket of fan-out tests
 
 MS = 1_000_000

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from monotape.platform.feeds.simulator import build_universe
 from monotape.platform.model import Instrument, key_problem
-from monotape.platform.wire import vectors
+from monotape.platform.wire import message_vectors
 from monotape.platform.wire.requests import Subscribe, decode_request, encode_request, judge
 
 TESTS = Path(__file__).parents[1]
@@ -74,4 +74,4 @@ def test_replay_fixtures_obey_the_grammar(path: Path) -> None:
 
 
 def test_wire_vector_dictionary_obeys_the_grammar() -> None:
-    check_keys(vectors.INSTRUMENTS)
+    check_keys(message_vectors.INSTRUMENTS)

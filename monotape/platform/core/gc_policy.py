@@ -7,8 +7,8 @@ so every connection lands in the unfrozen heap, and every gen-2 collection walks
 bench/bench_latency.py measured a 124 ms gen-2 pause at ~1,900 terminals (three 40 ms frames
 lost on every screen), recurring every few seconds.
 
-``FreezePolicy`` is the pure decision; ``Node._gc_policy_loop`` feeds it once a second. It
-acts only once the population has **settled** (no connection opened for ``settle_s``):
+``FreezePolicy`` is the pure decision; ``GcUpkeep.run`` (node/pipeline.py) feeds it once a second.
+It acts only once the population has **settled** (no connection opened for ``settle_s``):
 
 - **freeze** after new connections: ``gc.freeze()`` moves the live connections to the
   permanent generation, which no collection walks. It does not collect first (that would be

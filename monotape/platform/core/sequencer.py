@@ -9,29 +9,21 @@ a *regression*. Wall clocks never arbitrate.
 ``Sequencer.on_ticks`` is the ingest hot loop (design: 120,000 ticks/s at peak, spikes past
 190,000/s, every one delivered twice by active/active handlers). It inlines the
 ``monotape.platform.core.admit`` rule and counts in plain ints; prometheus_client calls cost ~0.5 µs
-each (MEASURED), so the counts are exported at scrape time by ``SequencerCollector``.
+each (MEASURED), so the counts are exported at scrape time by ``SequencerCollector``
+(``monotape/platform/node/collectors.py``: core imports no prometheus_client).
 
 A pure state machine: no I/O, no clock reads; the caller passes ``now_ns`` (monotonic) in.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from operator import attrgetter
 
-from prometheus_client.core import CounterMetricFamily
-from prometheus_client.registry import Collector
-
-from monotape.metric_names import (
-    DUPLICATE_TICKS,
-    SEQUENCE_REGRESSIONS,
-    TICKS_ADMITTED,
-    counter_base,
-)
 from monotape.platform.core.conflation import FRAME_NS, Conflator, Frame, FrameRecord
 from monotape.platform.model import Tick
 
-__all__ = ["Lane", "Sequencer", "SequencerCollector", "VenueCounters"]
+__all__ = ["Lane", "Sequencer", "VenueCounters"]
 
 _by_iid = attrgetter("iid")
 
@@ -216,45 +208,3 @@ class Sequencer:
     @property
     def regressions_total(self) -> int:
         return sum(c.regressions for c in self.counters().values())
-
-
-_HELP = {
-    TICKS_ADMITTED: "Ticks applied by the sequencer (version above the symbol's current one).",
-    DUPLICATE_TICKS: "Ticks discarded as exact repeats of the current version (redundant twin).",
-    SEQUENCE_REGRESSIONS: "Ticks discarded because their version is below the current one.",
-}
-
-
-class SequencerCollector(Collector):
-    """Exports the sequencer's plain-int counts at scrape time (STYLE: client_python custom
-    collector; MEASURED: ``Counter.inc`` ~0.5 µs is too slow per tick)."""
-
-    def __init__(self, sequencer: Sequencer) -> None:
-        self._sequencer = sequencer
-
-    def _families(self) -> tuple[CounterMetricFamily, CounterMetricFamily, CounterMetricFamily]:
-        return (
-            CounterMetricFamily(
-                counter_base(TICKS_ADMITTED), _HELP[TICKS_ADMITTED], labels=["venue"]
-            ),
-            CounterMetricFamily(
-                counter_base(DUPLICATE_TICKS), _HELP[DUPLICATE_TICKS], labels=["venue"]
-            ),
-            CounterMetricFamily(
-                counter_base(SEQUENCE_REGRESSIONS), _HELP[SEQUENCE_REGRESSIONS], labels=["venue"]
-            ),
-        )
-
-    def describe(self) -> Iterator[CounterMetricFamily]:
-        # Lets a registry detect name clashes without running a scrape.
-        yield from self._families()
-
-    def collect(self) -> Iterator[CounterMetricFamily]:
-        admitted, duplicates, regressions = self._families()
-        for venue, c in sorted(self._sequencer.counters().items()):
-            admitted.add_metric([venue], c.admitted)
-            duplicates.add_metric([venue], c.duplicates)
-            regressions.add_metric([venue], c.regressions)
-        yield admitted
-        yield duplicates
-        yield regressions

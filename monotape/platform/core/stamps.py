@@ -2,8 +2,10 @@
 and for every priority write.
 
 Values are gathered per batch (a handler's drain, a bus batch, a frame) into numpy arrays and
-recorded with one vectorized call each (``StageRecorder.record_many_ns``), never per value:
-per-value ``record_value()`` costs ~1 µs (MEASURED), too much at 190k ticks/s × 5 stages.
+appended to each stage's recorder buffer (``StageRecorder.add_ns``), recorded vectorized when it
+fills, never per value: per-value ``record_value()`` costs ~1 µs (MEASURED), too much at 190k
+ticks/s × 5 stages. The recorder's buffer is the one way values reach the histograms: the
+server's hydrate and glass samples go into the same buffers (``record_ns``).
 
 | stage         | from → to                                     | one value per                   |
 |---------------|-----------------------------------------------|---------------------------------|
@@ -46,42 +48,13 @@ from operator import attrgetter
 
 import numpy as np
 
-from monotape.histograms import Interval, Recorders, StageRecorder
+from monotape.histograms import Interval, Recorders
 from monotape.platform.model import Tick
 
 __all__ = ["StageStamps"]
 
-_BATCH = 1 << 14  # values gathered per stage before one vectorized record
 _EMPTY = np.empty(0, dtype=np.int64)
 _EMPTY.setflags(write=False)  # shared by every empty frame: never written to
-
-
-class _Batch:
-    """A fixed buffer in front of a StageRecorder: small batches (a 1 ms handler drain holds a
-    few dozen ticks) are copied in, and recorded vectorized once it holds ``_BATCH`` values
-    (MEASURED: ~20 ns/value in large batches, ~200 ns in batches of 256)."""
-
-    __slots__ = ("_buf", "_n", "_recorder")
-
-    def __init__(self, recorder: StageRecorder) -> None:
-        self._recorder = recorder
-        self._buf = np.empty(_BATCH, dtype=np.int64)
-        self._n = 0
-
-    def add(self, values: np.ndarray) -> None:
-        n = len(values)
-        if self._n + n > _BATCH:
-            self.flush()
-            if n > _BATCH:
-                self._recorder.record_many_ns(values)
-                return
-        self._buf[self._n : self._n + n] = values
-        self._n += n
-
-    def flush(self) -> None:
-        if self._n:
-            self._recorder.record_many_ns(self._buf[: self._n])
-            self._n = 0
 
 
 class StageStamps:
@@ -96,13 +69,13 @@ class StageStamps:
 
     def __init__(self, recorders: Recorders) -> None:
         self.recorders = recorders
-        self._decode = _Batch(recorders["decode"])
-        self._sequence = _Batch(recorders["sequence"])
-        self._conflate = _Batch(recorders["conflate"])
-        self._encode = _Batch(recorders["encode"])
-        self._write = _Batch(recorders["write"])
-        self._priority = _Batch(recorders["priority"])
-        self._tick_to_write = _Batch(recorders["tick_to_write"])
+        self._decode = recorders["decode"]
+        self._sequence = recorders["sequence"]
+        self._conflate = recorders["conflate"]
+        self._encode = recorders["encode"]
+        self._write = recorders["write"]
+        self._priority = recorders["priority"]
+        self._tick_to_write = recorders["tick_to_write"]
         # decoded times of the ticks the last frame carried, and its publish time: written()
         # closes the frame that framed() opened
         self._framed_decoded = _EMPTY
@@ -127,7 +100,7 @@ class StageStamps:
             venue = np.fromiter(map(_VENUE_TS, ticks), dtype=np.int64, count=n)
             decoded = np.fromiter(map(_DECODED, ticks), dtype=np.int64, count=n)
             # decoded_ns is monotonic; the venue stamps wall time: one offset per frame joins them
-            self._decode.add(decoded + wall_offset_ns - venue)
+            self._decode.add_ns(decoded + wall_offset_ns - venue)
         if not self._admitted:
             return _EMPTY, _EMPTY, _EMPTY
         ticks = list(chain.from_iterable(self._admitted))
@@ -136,7 +109,7 @@ class StageStamps:
         admitted = np.fromiter(map(_ADMITTED, ticks), dtype=np.int64, count=n)
         decoded = np.fromiter(map(_DECODED, ticks), dtype=np.int64, count=n)
         iids = np.fromiter(map(_IID, ticks), dtype=np.int64, count=n)
-        self._sequence.add(admitted - decoded)
+        self._sequence.add_ns(admitted - decoded)
         return admitted, decoded, iids
 
     def framed(self, boundary_ns: int, published_ns: int, wall_offset_ns: int) -> int:
@@ -153,8 +126,8 @@ class StageStamps:
             # An overdue frame (the previous publish overran) carries ticks admitted after its
             # boundary: for them conflation took no time, and encoding starts at admission.
             framed = np.maximum(admitted, boundary_ns)
-            self._conflate.add(framed - admitted)
-            self._encode.add(published_ns - framed)
+            self._conflate.add_ns(framed - admitted)
+            self._encode.add_ns(published_ns - framed)
         return n
 
     def written(self, latencies_ns: np.ndarray, written_iids: np.ndarray = _EMPTY) -> None:
@@ -163,19 +136,19 @@ class StageStamps:
         ``written_iids``: the instruments whose record was in a payload handed to the kernel
         for at least one terminal (the fan-out's ``written_iids``). Only the frame's ticks of
         those instruments get a ``tick_to_write`` value; none without it."""
-        self._write.add(latencies_ns)
+        self._write.add_ns(latencies_ns)
         decoded = self._framed_decoded
         if len(latencies_ns) and len(decoded) and len(written_iids):
             last_write = self._framed_published + int(latencies_ns.max())
             # one vectorized membership test per frame, no per-tick Python work
             carried = np.isin(self._framed_iids, written_iids)
-            self._tick_to_write.add(last_write - decoded[carried])
+            self._tick_to_write.add_ns(last_write - decoded[carried])
         self._framed_decoded = self._framed_iids = _EMPTY
 
     def prioritized(self, latencies_ns: np.ndarray) -> None:
         """Admitted → written values of priority writes. ``latencies_ns`` is read during the call
         only (copied into the batch): the server reuses its buffer."""
-        self._priority.add(latencies_ns)
+        self._priority.add_ns(latencies_ns)
 
     def rotate(
         self, wall_now_ms: int, wall_offset_ns: int, *, final: bool = False
@@ -186,17 +159,7 @@ class StageStamps:
         first stages now and have no conflate or encode value."""
         if final:
             self._take(wall_offset_ns)
-        for batch in (
-            self._decode,
-            self._sequence,
-            self._conflate,
-            self._encode,
-            self._write,
-            self._priority,
-            self._tick_to_write,
-        ):
-            batch.flush()
-        return self.recorders.rotate_all(wall_now_ms)
+        return self.recorders.rotate_all(wall_now_ms)  # each recorder flushes its buffer first
 
 
 _VENUE_TS = attrgetter("venue_ts_ns")

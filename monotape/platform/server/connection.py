@@ -21,7 +21,9 @@ from collections.abc import Callable
 from websockets.asyncio.server import ServerConnection
 from websockets.protocol import State
 
+from monotape.platform.core.disconnect import Disconnect
 from monotape.platform.core.outbox import Outbox
+from monotape.platform.core.session import Session
 
 __all__ = ["MAX_CONTROL_QUEUED", "Connection", "WriteFailed"]
 
@@ -34,14 +36,11 @@ class WriteFailed(Exception):
 
 class Connection:
     __slots__ = (
-        "bucket_tokens",
-        "bucket_ts",
         "bytes_sent",
         "close_reason",
         "closing",
         "conn_id",
         "control",
-        "errors_since_ns",
         "expiry",
         "frames_sent",
         "gap_since_ns",
@@ -50,7 +49,7 @@ class Connection:
         "outbox",
         "peer",
         "protocol",
-        "request_errors",
+        "session",
         "transport",
         "ws",
     )
@@ -63,7 +62,7 @@ class Connection:
         outbox_frames: int,
         high_water: int,
         opened_ns: int,
-        request_burst: int,
+        session: Session | None = None,
         so_sndbuf: int = 0,
     ) -> None:
         self.conn_id = conn_id
@@ -81,14 +80,12 @@ class Connection:
         self.peer = f"{remote[0]}:{remote[1]}" if remote else "?"
         self.closing = False
         self.expiry: asyncio.TimerHandle | None = None  # closes the session when its token expires
-        self.close_reason = ""  # set when the server decides to close (shutdown, drain, kick)
+        # set when the server decides to close (shutdown, drain, kick): the teardown's reason
+        self.close_reason: Disconnect | None = None
         self.frames_sent = 0
         self.gap_since_ns = 0  # when the ring last overflowed and has not been resolved since
         self.bytes_sent = 0
-        self.request_errors = 0  # within the current error window (see server.ERROR_WINDOW_NS)
-        self.errors_since_ns = opened_ns
-        self.bucket_tokens = float(request_burst)
-        self.bucket_ts = opened_ns
+        self.session = session  # its requests, limits and token (core/session.py)
 
     @property
     def writable(self) -> bool:

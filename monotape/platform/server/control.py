@@ -31,26 +31,16 @@ from websockets.protocol import State
 from websockets.server import ServerProtocol
 
 from monotape.platform.core.budget import ControlBudget, ControlLimits, Overrun
+from monotape.platform.core.disconnect import Disconnect, library_close_hint_ms
 from monotape.platform.wire import codec
 
 __all__ = [
-    "CLOSE_HINT_MS",
     "TerminalProtocol",
     "TerminalSocket",
     "close_reason_with_hint",
 ]
 
 _CLOSE_REASON_MAX: Final = 123  # RFC 6455 §5.5: a control frame's payload is at most 125 bytes
-# reconnect_after_ms for the closes websockets starts on its own: a broken or oversized message
-# is a client bug that reconnecting at once would only repeat; an internal error is ours.
-CLOSE_HINT_MS: Final[dict[int, int]] = {
-    CloseCode.PROTOCOL_ERROR: 5000,
-    CloseCode.INVALID_DATA: 5000,  # a text frame that is not UTF-8
-    CloseCode.POLICY_VIOLATION: 5000,
-    CloseCode.MESSAGE_TOO_BIG: 5000,
-    CloseCode.INTERNAL_ERROR: 1000,
-}
-_DEFAULT_HINT_MS: Final = 1000
 
 
 def close_reason_with_hint(reason: str, reconnect_after_ms: int) -> str:
@@ -85,12 +75,14 @@ class TerminalProtocol(ServerProtocol):
                 # Failing from here is how websockets itself ends a connection mid-parse (a
                 # close frame): the parser is replaced by a discarding one, so the rest of
                 # this read costs no pong and no event.
-                self.fail(CloseCode.POLICY_VIOLATION, Overrun.CONTROL_FLOOD.close_reason)
+                close = Disconnect.CONTROL_FLOOD.close()
+                self.fail_with_hint(close.code, close.text, close.reconnect_after_ms)
                 return
         super().recv_frame(frame)
 
     def fail(self, code: CloseCode | int, reason: str = "") -> None:
-        self.fail_with_hint(code, reason, CLOSE_HINT_MS.get(int(code), _DEFAULT_HINT_MS))
+        # reconnect_after_ms for the closes websockets starts on its own (core/disconnect.py)
+        self.fail_with_hint(code, reason, library_close_hint_ms(int(code)))
 
     def fail_with_hint(self, code: CloseCode | int, reason: str, reconnect_after_ms: int) -> None:
         """Fail the connection (RFC 6455 §7.1.7) after the wire's CLOSE message, when the

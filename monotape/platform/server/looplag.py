@@ -6,7 +6,8 @@ frame boundary of the 40 ms grid by the same amount. This measures that delay di
 
 ``LoopLagMonitor`` is a small state machine (``observe(lag_ns)``) with a thin driver
 (``run()``): the driver sleeps ``interval_s``, reads the monotonic clock on wake-up and
-observes ``woke - (slept_at + interval)``. Exported at scrape time by ``LoopLagCollector`` as
+observes ``woke - (slept_at + interval)``. Exported at scrape time by ``LoopLagCollector``
+(``monotape/platform/node/collectors.py``) as
 ``monotape_event_loop_lag_seconds`` (the latest lag), plus, when the names are given, the
 maximum since the previous scrape and a histogram of every sample.
 """
@@ -15,16 +16,11 @@ from __future__ import annotations
 
 import asyncio
 from bisect import bisect_left
-from collections.abc import Iterator
 from typing import Any
 
-from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
-from prometheus_client.registry import Collector
-
-from monotape import metric_names as m
 from monotape.clock import Clock, SystemClock
 
-__all__ = ["LOOP_LAG_BUCKETS_S", "LoopLagCollector", "LoopLagMonitor"]
+__all__ = ["LOOP_LAG_BUCKETS_S", "LoopLagMonitor"]
 
 # Upper bounds (seconds): 1 ms is scheduler noise; 40 ms is one whole frame of the grid.
 LOOP_LAG_BUCKETS_S: tuple[float, ...] = (
@@ -142,41 +138,3 @@ class LoopLagMonitor:
 def _resolve(fut: asyncio.Future[None]) -> None:
     if not fut.done():
         fut.set_result(None)
-
-
-class LoopLagCollector(Collector):
-    """``monotape_event_loop_lag_seconds`` (gauge: the latest sample); with ``max_name`` a gauge
-    of the largest lag since the previous scrape; with ``histogram_name`` every sample as a
-    histogram. Names come from ``metric_names``."""
-
-    def __init__(
-        self,
-        monitor: LoopLagMonitor,
-        *,
-        max_name: str | None = None,
-        histogram_name: str | None = None,
-    ) -> None:
-        self._monitor = monitor
-        self._max_name = max_name
-        self._histogram_name = histogram_name
-
-    def collect(self) -> Iterator[Metric]:
-        mon = self._monitor
-        yield GaugeMetricFamily(
-            m.EVENT_LOOP_LAG,
-            "How late the event loop woke a timer, latest sample.",
-            value=mon.last_ns / 1e9,
-        )
-        if self._max_name:
-            yield GaugeMetricFamily(
-                self._max_name,
-                "Largest event-loop lag since the previous scrape.",
-                value=mon.take_max() / 1e9,
-            )
-        if self._histogram_name:
-            buckets, total_s, _ = mon.histogram()
-            family = HistogramMetricFamily(
-                self._histogram_name, "Event-loop lag, every sample.", labels=[]
-            )
-            family.add_metric([], buckets, sum_value=total_s)
-            yield family

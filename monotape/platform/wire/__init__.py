@@ -1,1 +1,3 @@
-"""The wire protocol (docs/wire.md) in code: codec, requests, test vectors."""
+"""The wire protocol (docs/wire.md) in code, no I/O: ``codes``, ``varints``, ``records`` and
+``record_reader``, ``messages``, ``framing`` (gathered by the ``codec`` face), client requests
+(``requests``) and the test vectors every codec must pass (``vectors``)."""

@@ -22,7 +22,8 @@ import msgspec
 from msgspec import Meta
 
 from monotape.platform.model import key_problem
-from monotape.platform.wire.codec import MAX_KEY_TEXT, ErrorCode, Refusal
+from monotape.platform.wire.codes import ErrorCode
+from monotape.platform.wire.messages import MAX_KEY_TEXT, Refusal
 
 __all__ = [
     "MAX_KEYS",

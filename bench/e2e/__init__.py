@@ -1,0 +1,1 @@
+"""Benchmarks against a real `monotape run` (the launcher's node): storm and latency record."""

@@ -1,0 +1,129 @@
+"""Pipeline throughput with stage recording on vs off, in the same run (issue: ≤ 5% loss).
+
+The in-process pipeline without sockets, driven by a fake clock so both variants see exactly
+the same ticks: simulator -> both feed handlers of every venue (drift included) -> sequencer
+lanes -> a 40 ms frame with every changed record encoded once. "on" stamps every tick at decode,
+sequence, conflate and encode through ``StageStamps`` (vectorized batches into HDR histograms);
+"off" runs the same loop with stamping skipped. Metric: CPU seconds (process time) per million
+handler-delivered ticks, turned into ticks/s; interleaved runs, median of several.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import time
+from typing import Any
+
+import msgspec
+
+from bench.common import Row, row
+from monotape.clock import FakeClock
+from monotape.config import SimulatorConfig
+from monotape.histograms import Recorders
+from monotape.platform.core.sequencer import Sequencer
+from monotape.platform.core.stamps import StageStamps
+from monotape.platform.feeds.epochs import MemoryEpochStore
+from monotape.platform.feeds.handler import make_handler_pair
+from monotape.platform.feeds.simulator import VenueSimulator, build_universe, venues_with_update_ids
+from monotape.platform.wire import codec
+
+__all__ = ["run"]
+
+FRAME_NS = 40_000_000
+PUMP_NS = 1_000_000
+
+
+def _pipeline_cpu(seconds: float, rate: float, stamping: bool) -> tuple[float, int]:
+    """CPU seconds spent and ticks delivered by the handlers for ``seconds`` of simulated feed."""
+    clock = FakeClock()
+    universe = build_universe()
+    sim = VenueSimulator(universe, msgspec.structs.replace(SimulatorConfig(), rate=rate), clock)
+    epochs = MemoryEpochStore()
+    with_ids = venues_with_update_ids(universe)
+    rng = random.Random(3)
+    by_venue: dict[str, list[Any]] = {}
+    for venue in sorted({i.venue for i in universe}):
+        pair = make_handler_pair(venue, epochs, clock, 6.0, 9.0, rng, update_ids=venue in with_ids)
+        for h in pair:
+            h.start()
+        by_venue[venue] = list(pair)
+    handlers = [h for pair in by_venue.values() for h in pair]
+    sequencer = Sequencer(4, FRAME_NS)
+    stamps = StageStamps(Recorders(start_ms=clock.wall_ns() // 1_000_000))
+    delivered = 0
+    next_frame = FRAME_NS * (clock.now_ns() // FRAME_NS + 1)
+    end = clock.now_ns() + int(seconds * 1e9)
+    started = time.process_time()
+    while clock.now_ns() < end:
+        clock.advance(PUMP_NS)
+        per_venue: dict[str, list[Any]] = {}
+        for u in sim.step():
+            per_venue.setdefault(u.venue, []).append(u)
+        for venue, batch in per_venue.items():
+            for h in by_venue[venue]:
+                h.on_venue(batch)
+        for h in handlers:
+            ticks = h.drain_due()
+            if not ticks:
+                continue
+            delivered += len(ticks)
+            if stamping:
+                stamps.decoded(ticks)
+            applied = sequencer.on_ticks(ticks, clock.now_ns())
+            if stamping and applied:
+                stamps.admitted(applied)
+        if clock.now_ns() >= next_frame:
+            frame = sequencer.take_frame(next_frame)
+            for rec in frame.records:
+                codec.encode_delta_record(rec.base, rec.new)
+            if stamping:
+                stamps.framed(next_frame, clock.now_ns(), clock.wall_ns() - clock.now_ns())
+            next_frame += FRAME_NS
+    if stamping:
+        stamps.rotate(clock.wall_ns() // 1_000_000, clock.wall_ns() - clock.now_ns(), final=True)
+    return time.process_time() - started, delivered
+
+
+def run(quick: bool = False) -> list[Row]:
+    seconds, repeats = (0.5, 1) if quick else (4.0, 5)
+    rate = 120_000.0
+    on: list[float] = []
+    off: list[float] = []
+    for _ in range(repeats):  # interleaved: drift on a shared machine hits both
+        for stamping, out in ((False, off), (True, on)):
+            cpu, ticks = _pipeline_cpu(seconds, rate, stamping)
+            out.append(ticks / cpu)
+    m_off, m_on = statistics.median(off), statistics.median(on)
+    loss = 1 - m_on / m_off
+    note = f"{seconds:g} s of a {rate:,.0f} ticks/s feed per run, {repeats} run(s), fake clock"
+    return [
+        row(
+            "pipeline throughput, recording on vs off",
+            "recording off (peer)",
+            m_off,
+            "ticks/s of CPU",
+            lo=min(off),
+            hi=max(off),
+            ratio=1.0,
+            note=note,
+        ),
+        row(
+            "pipeline throughput, recording on vs off",
+            "recording on (5 stages)",
+            m_on,
+            "ticks/s of CPU",
+            lo=min(on),
+            hi=max(on),
+            ratio=m_on / m_off,
+            note=f"loss {loss:.1%} (target <= 5%)",
+        ),
+    ]
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true")
+    for r in run(parser.parse_args().quick):
+        print(r)

@@ -1,0 +1,116 @@
+"""The /dev/shm frame ring's cost per frame: the producer's publish, and each reader's read.
+
+A realistic frame: 1,000 changed records of ~19 bytes (the wire codec's delta records with venue
+update ids and small price steps), no priority records. The ring is the default 64 MiB segment
+with two readers attached in this process (so the producer rings two doorbells, as with two
+writer processes). Per run: 2,000 frames published in bursts of 100, each burst then read by
+both readers; one reader only polls (copy out of the slot, re-check, index views: what the ring
+costs a writer), the other also materializes ``iid -> record`` (``Records.as_dict``: the
+planner's ``chunks``). CPU time of this one process, median of 5 runs (min and max shown).
+The capacity model (docs/benchmarks.md) takes the per-reader figure as "shm ring cost per frame
+per reader".
+
+    .venv/bin/python -m bench.ring.bench_ring [--quick]
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+import time
+import uuid
+
+from bench.common import Row, median_min_max, print_rows, row
+
+__all__ = ["frame_records", "run"]
+
+RECORDS = 1_000
+BURST = 100
+
+
+def frame_records(count: int, seed: int) -> dict[int, bytes]:
+    """``count`` delta records as the encoder builds them, keyed by ascending iid."""
+    from monotape.platform.model import Tick
+    from monotape.platform.wire import codec
+
+    rng = random.Random(seed)
+    out = {}
+    for iid in range(count):
+        p = rng.randrange(10_000, 5_000_000)
+        s = rng.randrange(1, 1 << 40)
+        d = rng.randrange(-500, 500)
+        base = Tick(iid, "XNAS", 3, s, 0, p, p + 100, p + 50, 100)
+        new = Tick(iid, "XNAS", 3, s + rng.randrange(1, 50), 0, p + d, p + d + 100, p + d + 40, 7)
+        out[iid] = codec.encode_delta_record(base, new)
+    return out
+
+
+def _one_run(frames: int, records: dict[int, bytes]) -> tuple[float, float, float]:
+    """µs per frame: publish, poll, poll + as_dict."""
+    from monotape.platform.ring import Entry, EntryKind, RingFrame, ShmReader, ShmRing
+
+    ring = ShmRing.create(tag="bench" + uuid.uuid4().hex[:12])
+    polls, dicts = ShmReader.attach(ring.name, 0), ShmReader.attach(ring.name, 1)
+    publish_ns = poll_ns = dict_ns = 0
+    clock = time.process_time_ns
+    try:
+        for start in range(0, frames, BURST):
+            entries = [
+                Entry(EntryKind.FRAME, k, k * 40_000_000, k * 40_000_000 + 1, records)
+                for k in range(start, start + BURST)
+            ]
+            t0 = clock()
+            for e in entries:
+                ring.publish(e)
+            t1 = clock()
+            polls.drain_bell()
+            for _ in range(BURST):
+                got = polls.poll()
+            t2 = clock()
+            dicts.drain_bell()
+            for _ in range(BURST):
+                got = dicts.poll()
+                assert isinstance(got, RingFrame)
+                chunks = got.records.as_dict()
+            t3 = clock()
+            assert isinstance(got, RingFrame) and chunks == records
+            publish_ns += t1 - t0
+            poll_ns += t2 - t1
+            dict_ns += t3 - t2
+    finally:
+        polls.close()
+        dicts.close()
+        ring.close()
+    return publish_ns / frames / 1e3, poll_ns / frames / 1e3, dict_ns / frames / 1e3
+
+
+def run(quick: bool = False) -> list[Row]:
+    frames, runs = (400, 3) if quick else (2_000, 5)
+    records = frame_records(RECORDS, seed=1)
+    size = sum(map(len, records.values()))
+    results = [_one_run(frames, records) for _ in range(runs)]
+    note = (
+        f"{RECORDS:,} records, {size / RECORDS:.1f} B/record ({size / 1024:.1f} KiB + "
+        f"{8 * RECORDS / 1024:.1f} KiB index), {frames:,} frames x {runs} runs, CPU time"
+    )
+    rows = []
+    for i, (variant, what) in enumerate(
+        (
+            ("publish (2 readers' doorbells)", "producer"),
+            ("poll: copy, re-check, index views", "per reader"),
+            ("poll + as_dict (iid -> record)", "per reader"),
+        )
+    ):
+        med, lo, hi = median_min_max([r[i] for r in results])
+        rows.append(
+            row("shm frame ring", variant, med, "µs/frame", lo=lo, hi=hi, note=f"{what}; {note}")
+        )
+    return rows
+
+
+def main(argv: list[str]) -> None:
+    print_rows(run("--quick" in argv))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,219 @@
+"""The soak's plan: its knobs (``SoakConfig``, ``Tolerances``), the command line that fills them
+(``make soak``, docs/soak.md), and ``Sample``, the soak's view of one scrape of ``/metrics``."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+from collections.abc import Mapping, Sequence
+from typing import Annotated, Final
+
+import msgspec
+from msgspec import Meta
+
+from monotape import metric_names as m
+from monotape.loadgen.churn import ChurnConfig
+from monotape.loadgen.launch import Samples, parse_samples
+
+__all__ = [
+    "Sample",
+    "SoakConfig",
+    "Tolerances",
+    "config_from_args",
+    "parse_metrics",
+    "sample_of",
+]
+
+Positive = Annotated[float, Meta(gt=0)]
+NonNegative = Annotated[float, Meta(ge=0)]
+Share = Annotated[float, Meta(ge=0, le=1)]
+
+_PROCESS_RSS: Final = "process_resident_memory_bytes"
+_PROCESS_FDS: Final = "process_open_fds"
+
+
+class Tolerances(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
+    """How far the end may sit above the baseline (docs/soak.md explains each number)."""
+
+    task_slack: Annotated[int, Meta(ge=0)] = 2  # tasks <= baseline + this
+    fd_slack: Annotated[int, Meta(ge=0)] = 2  # open fds <= baseline + this
+    rss_ratio: Annotated[float, Meta(ge=1)] = 1.25  # RSS <= baseline x ratio + slack
+    rss_slack_mb: NonNegative = 32.0
+    max_missed_share: Share = 0.1  # of the scrapes during the run, at most this many may fail
+    # Of the churn's upgrade attempts, at most this share may time out or end in giving up: a
+    # busy machine answers a few late, a node that stops answering upgrades answers none.
+    max_unanswered_share: Share = 0.05
+
+
+class SoakConfig(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
+    """The knobs (docs/soak.md). Defaults: the issue's stress (1.3x, 6% RSTs) for one hour."""
+
+    hours: Positive = 1.0  # churn duration; the settle and startup come on top
+    rate_multiple: Positive = 1.3  # the churn's multiple of the base arrival trace
+    rst_share: Share = 0.06  # share of leavers that send an RST (the seed's ~6%)
+    arrival_rate_per_s: Positive = 100.0  # base trace: session arrivals per second
+    mean_session_s: Positive = 5.0  # mean session length (exponential)
+    mean_change_interval_s: Positive = 2.0  # mean time between subscription changes
+    max_connections: Annotated[int, Meta(ge=1)] = 1_000  # churn sessions open at once
+    churn_drain_s: Positive = 10.0  # the churn's bound for stragglers after the duration
+    seed: int = 1
+    report_every_s: Positive = 30.0  # a report line this often
+    sample_every_s: Positive = 5.0  # /metrics scraped this often (invariants at every sample)
+    warmup_s: NonNegative = 5.0  # after the server listens, before the baseline sample
+    settle_s: NonNegative = 15.0  # after every client left, before the final sample
+    server_rate: Positive = 6_000.0  # `monotape run --rate`: simulated ticks/s
+    invariant_interval_s: Positive = 5.0  # MONOTAPE_SERVER__INVARIANT_INTERVAL_S for the server
+    server_args: tuple[str, ...] = ()  # extra `monotape run` flags
+    data_dir: str | None = None  # the server's --data-dir; a temporary one by default
+    startup_timeout_s: Positive = 60.0
+    scrape_timeout_s: Positive = 10.0
+    stop_timeout_s: Positive = 30.0
+    tolerances: Tolerances = msgspec.field(default_factory=Tolerances)
+
+    @property
+    def duration_s(self) -> float:
+        return self.hours * 3600.0
+
+    def churn_config(self) -> ChurnConfig:
+        rate = self.arrival_rate_per_s * self.rate_multiple
+        return ChurnConfig(
+            arrival_rate_per_s=self.arrival_rate_per_s,
+            mean_session_s=self.mean_session_s,
+            rate_multiple=self.rate_multiple,
+            rst_share=self.rst_share,
+            mean_change_interval_s=self.mean_change_interval_s,
+            duration_s=self.duration_s,
+            drain_s=self.churn_drain_s,
+            max_connections=self.max_connections,
+            # Never the binding cap: twice the expected arrivals, plus room for a short run.
+            max_total=max(1_000, math.ceil(2 * rate * self.duration_s)),
+            seed=self.seed,
+        )
+
+
+class Sample(msgspec.Struct, kw_only=True, frozen=True):
+    """One scrape of /metrics: what the report prints and the verdict judges."""
+
+    elapsed_s: float
+    connections: float | None = None
+    index_entries: dict[str, float] = msgspec.field(default_factory=dict)
+    invariants: dict[str, float] = msgspec.field(default_factory=dict)  # 1 = violated
+    tasks: float | None = None
+    fds: float | None = None
+    rss_bytes: float | None = None
+    p99_write_s: float | None = None
+    disconnects: dict[str, float] = msgspec.field(default_factory=dict)  # {reason}
+
+    @property
+    def tripped(self) -> list[str]:
+        return sorted(name for name, v in self.invariants.items() if v != 0)
+
+
+# -- /metrics ----------------------------------------------------------------------------------
+def sample_of(samples: Samples, elapsed_s: float) -> Sample:
+    """The soak's view of one scrape (``launch.parse_samples``: Prometheus' own parser)."""
+    conns = tasks = fds = rss = p99 = None
+    index: dict[str, float] = {}
+    invariants: dict[str, float] = {}
+    disconnects: dict[str, float] = {}
+    for (name, pairs), value in samples.items():
+        labels = dict(pairs)
+        if name == m.CONNECTIONS:
+            conns = value
+        elif name == m.INDEX_ENTRIES:
+            index[labels.get("index", "")] = value
+        elif name == m.INVARIANT_VIOLATION:
+            invariants[labels.get("invariant", "")] = value
+        elif name == m.ASYNCIO_TASKS:
+            tasks = value
+        elif name == _PROCESS_FDS:
+            fds = value
+        elif name == _PROCESS_RSS:
+            rss = value
+        elif (
+            name == m.STAGE_LATENCY
+            and labels.get("stage") == "write"
+            and labels.get("quantile") == "0.99"
+        ):
+            p99 = value
+        elif name == m.DISCONNECTS:
+            disconnects[labels.get("reason", "")] = value
+    return Sample(
+        elapsed_s=round(elapsed_s, 3),
+        connections=conns,
+        index_entries=index,
+        invariants=invariants,
+        tasks=tasks,
+        fds=fds,
+        rss_bytes=rss,
+        p99_write_s=p99,
+        disconnects=disconnects,
+    )
+
+
+def parse_metrics(text: str, elapsed_s: float) -> Sample:
+    """``sample_of`` one /metrics body."""
+    return sample_of(parse_samples(text), elapsed_s)
+
+
+# -- the command line --------------------------------------------------------------------------
+def _env_float(name: str) -> float | None:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return None
+    try:
+        return float(raw)
+    except ValueError:
+        raise SystemExit(f"soak: {name}={raw!r} is not a number") from None
+
+
+def _parser() -> argparse.ArgumentParser:
+    d = SoakConfig()
+    p = argparse.ArgumentParser(
+        prog="python -m monotape.loadgen.soak",
+        description="Churn the real `monotape run` on loopback for hours, then judge it: "
+        "invariants 0 at every sample, every index empty, tasks/fds/RSS back to the baseline "
+        "(docs/soak.md). Exit 0 on PASS, 1 on FAIL.",
+    )
+    p.add_argument("--hours", type=float, help="churn duration (env HOURS; default 1)")
+    p.add_argument("--rate", type=float, help="churn rate multiple (env RATE; default 1.3)")
+    p.add_argument("--report-every", type=float, default=d.report_every_s, metavar="S")
+    p.add_argument("--sample-every", type=float, default=d.sample_every_s, metavar="S")
+    p.add_argument("--settle", type=float, default=d.settle_s, metavar="S")
+    p.add_argument("--warmup", type=float, default=d.warmup_s, metavar="S")
+    p.add_argument("--rst-share", type=float, default=d.rst_share)
+    p.add_argument("--arrival-rate", type=float, default=d.arrival_rate_per_s, metavar="PER_S")
+    p.add_argument("--mean-session", type=float, default=d.mean_session_s, metavar="S")
+    p.add_argument("--max-connections", type=int, default=d.max_connections)
+    p.add_argument("--server-rate", type=float, default=d.server_rate, metavar="TICKS_S")
+    p.add_argument("--invariant-interval", type=float, default=d.invariant_interval_s)
+    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--data-dir", help="the server's data dir (default: a temporary one)")
+    return p
+
+
+def config_from_args(argv: Sequence[str] | None = None) -> SoakConfig:
+    args = _parser().parse_args(argv)
+    hours = args.hours if args.hours is not None else _env_float("HOURS")
+    rate = args.rate if args.rate is not None else _env_float("RATE")
+    fields: Mapping[str, object] = {
+        "hours": hours if hours is not None else 1.0,
+        "rate_multiple": rate if rate is not None else 1.3,
+        "report_every_s": args.report_every,
+        "sample_every_s": args.sample_every,
+        "settle_s": args.settle,
+        "warmup_s": args.warmup,
+        "rst_share": args.rst_share,
+        "arrival_rate_per_s": args.arrival_rate,
+        "mean_session_s": args.mean_session,
+        "max_connections": args.max_connections,
+        "server_rate": args.server_rate,
+        "invariant_interval_s": args.invariant_interval,
+        "seed": args.seed,
+        "data_dir": args.data_dir,
+    }
+    try:
+        return msgspec.convert(fields, SoakConfig)
+    except msgspec.ValidationError as exc:
+        raise SystemExit(f"soak: {exc}") from None

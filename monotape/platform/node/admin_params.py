@@ -1,0 +1,80 @@
+"""The admin API's request parsing and JSON answers, shared by its route modules.
+
+A bad query parameter is a ``BadParameter`` naming it; the admin guard turns it into a 400 with
+``{"error": ..., "parameter": name}``. Every bound is explicit (STYLE 7): windows at most the
+retention's 7 days, integers within the route's range and at most 20 digits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import msgspec
+from starlette.requests import Request
+from starlette.responses import Response
+
+from monotape.histograms import ALL_STAGES
+from monotape.histograms.report import ReportArgumentError, parse_duration_ms
+
+__all__ = [
+    "MAX_WINDOW_MS",
+    "BadParameter",
+    "Handler",
+    "error_response",
+    "int_param",
+    "json_response",
+    "stage_param",
+    "window_ms",
+]
+
+Handler = Callable[[Request], Awaitable[Response]]
+MAX_WINDOW_MS = 7 * 24 * 3600 * 1000  # retention's default: nothing older is on disk
+
+
+class BadParameter(Exception):
+    def __init__(self, name: str, message: str) -> None:
+        super().__init__(f"{name}: {message}")
+        self.name = name
+
+
+def json_response(body: Any, status: int = 200) -> Response:
+    return Response(msgspec.json.encode(body), status_code=status, media_type="application/json")
+
+
+def error_response(status: int, message: str, **extra: Any) -> Response:
+    return json_response({"error": message, **extra}, status)
+
+
+def window_ms(request: Request, default: str) -> int:
+    raw = request.query_params.get("window", default)
+    try:
+        ms = parse_duration_ms(raw, "window")
+    except ReportArgumentError as exc:
+        shown = raw if len(raw) <= 40 else raw[:40] + "…"
+        raise BadParameter("window", f"{shown!r} is not a duration like 40s, 10m, 2h") from exc
+    if not 0 < ms <= MAX_WINDOW_MS:
+        raise BadParameter("window", f"must be between 1 ms and {MAX_WINDOW_MS // 3_600_000} h")
+    return ms
+
+
+def stage_param(request: Request) -> str:
+    stage = request.query_params.get("stage")
+    if stage is None:
+        raise BadParameter("stage", f"required, one of {', '.join(ALL_STAGES)}")
+    if stage not in ALL_STAGES:
+        raise BadParameter("stage", f"{stage!r} is not one of {', '.join(ALL_STAGES)}")
+    return stage
+
+
+def int_param(request: Request, name: str, default: int, lo: int, hi: int) -> int:
+    raw = request.query_params.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw) if len(raw) <= 20 else lo - 1  # 20 digits: past any bound here
+    except ValueError:
+        raise BadParameter(name, f"{raw[:40]!r} is not an integer") from None
+    if not lo <= value <= hi:
+        raise BadParameter(name, f"must be between {lo} and {hi}")
+    return value

@@ -1,0 +1,224 @@
+"""The pipeline driver: the loops that move data between the stages on time.
+
+venue (simulator or replay) -> both feed handlers of the venue -> (after their lag) the bus ->
+the sequencer's lanes (admit) -> the 40 ms frame -> the fan-out. Each stage is a state machine;
+the loops here only move values between them, stamp them for the stage histograms and contain
+what one iteration raised (``StageFailures``), so one bad batch or frame never takes the tape
+down. The supervisor (``supervisor.py``) starts these loops again if one dies anyway.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import time
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from monotape.clock import Clock
+from monotape.config import FeedConfig
+from monotape.histograms.gc import GcMonitor
+from monotape.log import log_event
+from monotape.platform.bus.memory import TickBus
+from monotape.platform.core.conflation import due_boundary
+from monotape.platform.core.gc_policy import FreezeAction, FreezePolicy
+from monotape.platform.core.sequencer import Sequencer
+from monotape.platform.core.stamps import StageStamps
+from monotape.platform.feeds.handler import FeedHandler
+from monotape.platform.feeds.replay import ReplayAdapter
+from monotape.platform.feeds.simulator import VenueSimulator, VenueUpdate
+from monotape.platform.model import Tick
+from monotape.platform.node.failures import StageFailures
+from monotape.platform.node.rotation import sleep_until
+from monotape.platform.server.endpoint import FanoutServer
+
+__all__ = ["PUMP_INTERVAL_S", "GcUpkeep", "Pipeline"]
+
+PUMP_INTERVAL_S = 0.001  # handlers' delay lines are drained at ~1 ms resolution
+
+
+class Pipeline:
+    """One event loop's pipeline: ``pump`` and ``frame`` do one step each (tests call them
+    directly); the ``*_loop`` coroutines run them on time."""
+
+    def __init__(
+        self,
+        *,
+        clock: Clock,
+        feeds: FeedConfig,
+        frame_ns: int,
+        heartbeat_s: float,
+        simulator: VenueSimulator | None,
+        replay: ReplayAdapter | None,
+        handlers: Sequence[FeedHandler],
+        bus: TickBus,
+        sequencer: Sequencer,
+        server: FanoutServer,
+        stamps: StageStamps,
+        failures: StageFailures,
+    ) -> None:
+        self.clock = clock
+        self.feeds = feeds
+        self.frame_ns = frame_ns
+        self.heartbeat_s = heartbeat_s
+        self.simulator = simulator
+        self.replay = replay
+        self.handlers = handlers
+        self.by_venue: Mapping[str, list[FeedHandler]] = _by_venue(handlers)
+        self.bus = bus
+        self.sequencer = sequencer
+        self.server = server
+        self.stamps = stamps
+        self.failures = failures
+        self.decoded_ticks = 0  # what the stage histograms must add up to
+        self.framed_ticks = 0
+        bus.subscribe(self.on_ticks)
+
+    # -- one step each -------------------------------------------------------------------------
+    def on_ticks(self, ticks: Sequence[Tick]) -> None:
+        """A bus batch: admit it, stamp what was applied, send the priority updates now."""
+        try:
+            applied = self.sequencer.on_ticks(ticks, self.clock.now_ns())
+            if applied:
+                self.stamps.admitted(applied)
+                self.server.publish_priority(applied)
+        except Exception as exc:  # one batch; the next one is admitted as usual
+            self.failures.record("sequence", exc, ticks=len(ticks))
+
+    def pump(self) -> None:
+        """Move everything that is due: venue -> both handlers -> (after their lag) the bus."""
+        if self.simulator is not None:
+            updates = self.simulator.step()
+            if updates:
+                per_venue: dict[str, list[VenueUpdate]] = defaultdict(list)
+                for u in updates:
+                    per_venue[u.venue].append(u)
+                for venue, batch in per_venue.items():
+                    for handler in self.by_venue.get(venue, ()):
+                        handler.on_venue(batch)
+        if self.replay is not None:
+            ticks = self.replay.step()
+            if ticks:
+                self.decoded_ticks += len(ticks)
+                self.stamps.decoded(ticks)
+                self.bus.publish(ticks)
+        for handler in self.handlers:
+            ticks = handler.drain_due()
+            if ticks:
+                self.decoded_ticks += len(ticks)
+                self.stamps.decoded(ticks)
+                self.bus.publish(ticks)
+
+    def frame(self, boundary: int) -> None:
+        """One frame: pump what is due, take the frame at ``boundary``, encode it, fan it out."""
+        self.pump()
+        published = self.server.publish_frame(self.sequencer.take_frame(boundary))
+        offset = self.clock.wall_ns() - self.clock.now_ns()
+        self.framed_ticks += self.stamps.framed(boundary, published, offset)
+        self.stamps.written(
+            np.asarray(self.server.write_latencies_ns, dtype=np.int64), self.server.written_iids
+        )
+        self.server.flush_priority()  # the priority writes since the last frame
+
+    # -- the loops -----------------------------------------------------------------------------
+    async def pump_loop(self) -> None:
+        while True:
+            try:
+                self.pump()
+            except Exception as exc:  # contained: the next millisecond pumps as usual
+                self.failures.record("pump", exc)
+            await asyncio.sleep(PUMP_INTERVAL_S)
+
+    async def frame_loop(self) -> None:
+        # Boundaries sit on a fixed grid of the monotonic clock. An overdue one (the last frame
+        # overran its 40 ms, or the loop woke late) is published at once, after one pass of the
+        # loop for pending I/O (due_boundary says why); lateness never accumulates. An early
+        # wake-up (uvloop's timers fire up to ~1 ms early) waits out the rest: a frame is never
+        # taken before its boundary, and never twice for one boundary.
+        last = 0
+        while True:
+            boundary = due_boundary(self.clock.now_ns(), last, self.frame_ns)
+            if boundary > self.clock.now_ns():
+                await sleep_until(self.clock.now_ns, boundary)
+                # woken late: the newest passed boundary, not this one and then the next at once
+                boundary = due_boundary(self.clock.now_ns(), last, self.frame_ns)
+            else:
+                await asyncio.sleep(0)
+            last = boundary
+            try:
+                self.frame(boundary)
+            except Exception as exc:
+                # One frame is lost, not the tape: terminals whose chain it broke see a gap on
+                # the next frame and get a snapshot (docs/wire.md), everyone else carries on.
+                self.failures.record("frame", exc, boundary_ns=boundary)
+
+    async def heartbeat_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.heartbeat_s)
+            self.server.publish_heartbeat(self.clock.wall_ns() // 1_000_000)
+
+    async def chaos_loop(self) -> None:
+        """Restart one handler of every venue on a schedule: proves a restart never yields a
+        regression or a frozen symbol."""
+        every = self.feeds.restart_every_s
+        which = 0
+        while True:
+            await asyncio.sleep(every)
+            victims = [hs[which % len(hs)] for hs in self.by_venue.values() if hs]
+            which += 1
+            for h in victims:
+                h.stop()
+                log_event("handler_stopped", venue=h.venue, handler=h.name)
+            await asyncio.sleep(self.feeds.restart_down_s)
+            for h in victims:
+                record = h.start()
+                log_event(
+                    "handler_restarted",
+                    venue=h.venue,
+                    handler=h.name,
+                    epoch=record.epoch,
+                    fence_ts_ns=record.fence_ts_ns,
+                )
+
+
+class GcUpkeep:
+    """Freeze new connections once they settle; reclaim closed ones' cycles now and then
+    (monotape/platform/core/gc_policy.py says why)."""
+
+    def __init__(
+        self, policy: FreezePolicy, monitor: GcMonitor, server: FanoutServer, clock: Clock
+    ) -> None:
+        self.policy = policy
+        self.monitor = monitor
+        self._server = server
+        self._clock = clock
+
+    def opened_closed(self) -> tuple[int, int]:
+        stats = self._server.stats
+        return stats.connections_total, sum(stats.disconnects.values())
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(1.0)
+            action = self.policy.decide(self._clock.now_ns() / 1e9, *self.opened_closed())
+            if action is FreezeAction.FREEZE:
+                frozen = self.monitor.refreeze()
+                log_event("gc_refrozen", frozen_objects=frozen)
+            elif action is FreezeAction.RECLAIM:
+                t0 = time.perf_counter()
+                freed = self.monitor.reclaim()
+                log_event(
+                    "gc_reclaimed",
+                    freed=freed,
+                    pause_ms=round((time.perf_counter() - t0) * 1e3, 2),
+                    frozen_objects=gc.get_freeze_count(),
+                )
+
+
+def _by_venue(handlers: Sequence[FeedHandler]) -> dict[str, list[FeedHandler]]:
+    out: dict[str, list[FeedHandler]] = defaultdict(list)
+    for h in handlers:
+        out[h.venue].append(h)
+    return dict(out)

@@ -1,0 +1,149 @@
+"""The frame ring's boundary: one producer (the sequencer) publishes entries, many readers (the
+writers) follow them, and a shared snapshot table holds each symbol's latest full record.
+
+Two implementations keep these guarantees: ``memory.MemoryRing`` (one process: tests and the
+one-process node) and ``shm.ShmRing`` (a segment in /dev/shm shared by processes).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Protocol
+
+from monotape.platform.ring.layout import Entry, Geometry, RingFrame
+
+__all__ = [
+    "Gap",
+    "GapCause",
+    "Lapped",
+    "ProducerCounters",
+    "PublishOutcome",
+    "ReaderCounters",
+    "RingProducer",
+    "RingRead",
+    "RingReader",
+    "SnapshotChunk",
+    "SnapshotPut",
+]
+
+
+class PublishOutcome(Enum):
+    PUBLISHED = "published"
+    # The entry did not fit a slot: a GAP entry went out in its place, so every reader
+    # snapshots next (the snapshot table already holds the frame's symbols, see below).
+    OVERSIZE = "oversize"
+
+
+class SnapshotPut(Enum):
+    STORED = "stored"
+    TOO_LARGE = "too_large"  # chunk over the table's chunk size: the iid reads as absent
+    OUT_OF_RANGE = "out_of_range"  # iid at or past the table's capacity: nothing stored
+
+
+class GapCause(Enum):
+    OVERSIZE = "oversize"  # the producer published a frame that did not fit a slot as a gap
+    RESTARTED = "restarted"  # the producer restarted: what it published before may be lost
+
+
+@dataclass(frozen=True, slots=True)
+class Lapped:
+    """The producer overwrote entries ``first`` .. ``resume - 1`` before this reader read them
+    (it fell more than a ring behind, or a copy was overwritten while it was taken: a torn read).
+    The reader continues at ``resume``, the newest entry published; for its terminals this is a
+    gap: snapshot next."""
+
+    first: int
+    resume: int
+
+    @property
+    def missed(self) -> int:
+        return self.resume - self.first
+
+
+@dataclass(frozen=True, slots=True)
+class Gap:
+    """An entry every reader sees as a gap (snapshot next); ``frame_no`` when it names one."""
+
+    cause: GapCause
+    frame_no: int | None = None
+
+
+RingRead = RingFrame | Lapped | Gap
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotChunk:
+    version: tuple[int, int]  # (epoch, seq) of the record, as the producer stored it
+    chunk: bytes
+
+
+@dataclass(slots=True)
+class ProducerCounters:
+    """Plain ints on the publish path; exported at scrape time as ``metric_names.RING_*``."""
+
+    published: int = 0  # entries, gaps included
+    oversize: int = 0  # frames published as a gap
+    bells_dropped: int = 0  # a reader's doorbell full (it is stopped or behind) or gone
+    snapshots_refused: int = 0  # TOO_LARGE or OUT_OF_RANGE
+
+
+@dataclass(slots=True)
+class ReaderCounters:
+    """Plain ints on the read path; exported at scrape time as ``metric_names.RING_*{writer}``."""
+
+    frames: int = 0  # entries read (FRAME and PRIORITY)
+    laps: int = 0
+    missed: int = 0  # entries lost to laps
+    torn: int = 0  # laps found by the re-check after a copy (counted in laps too)
+    gaps: int = 0  # GAP entries and producer restarts
+    snapshot_busy: int = 0  # a snapshot read that kept racing its writer: read as absent
+
+
+class RingProducer(Protocol):
+    """The one writer of a ring.
+
+    Guarantees: entries are numbered 1, 2, ... in publish order and a reader receives them in
+    that order, each exactly once and byte for byte, or learns which it lost (``Lapped``). The
+    ring is bounded in bytes (``geometry``), so a slow or stopped reader never holds the
+    producer back: ``publish`` never waits, it overwrites the oldest slot, and it rings each
+    reader's doorbell without blocking (a full doorbell is dropped: that reader already has a
+    wake-up pending). An entry larger than a slot is never a crash: ``PublishOutcome.OVERSIZE``.
+
+    Snapshot table: ``put_snapshot`` before publishing the frame that carries the change, and
+    every reader that has read that frame reads a chunk at least that new."""
+
+    @property
+    def geometry(self) -> Geometry: ...
+
+    @property
+    def counters(self) -> ProducerCounters: ...
+
+    def publish(self, entry: Entry) -> PublishOutcome: ...
+
+    def put_snapshot(self, iid: int, version: tuple[int, int], chunk: bytes) -> SnapshotPut: ...
+
+    def close(self) -> None: ...
+
+
+class RingReader(Protocol):
+    """One follower of a ring (a writer process). Starts after the newest entry at attach.
+
+    ``poll`` never blocks: the next entry, a ``Lapped`` or ``Gap`` outcome, or None when
+    nothing new is published. Sleep on ``fileno()`` (readable when the producer rang this
+    reader's doorbell: ``driver.RingFollower`` does it with ``loop.add_reader``), then
+    ``drain_bell`` and ``poll`` until None: a publish after the drain rings again, so no
+    wake-up is lost."""
+
+    @property
+    def counters(self) -> ReaderCounters: ...
+
+    def poll(self) -> RingRead | None: ...
+
+    def snapshot(self, iid: int) -> SnapshotChunk | None: ...
+
+    def fileno(self) -> int: ...
+
+    def drain_bell(self) -> int: ...
+
+    def close(self) -> None: ...

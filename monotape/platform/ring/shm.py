@@ -1,0 +1,295 @@
+"""The frame ring in /dev/shm: one segment per node, written by the sequencer process, read by
+every writer process (docs/ring.md). The segment itself (name, header words, lifecycle, sweep)
+is ``segment``; the producer and the reader are here.
+
+Segment: a header page (fixed words, then the reader table: one pid per reader index), the
+snapshot table (one fixed slot per iid), then the frame slots.
+
+Seqlock (publish): slot word := 2n - 1 (odd: writing), used length, entry bytes, slot word := 2n
+(even: published), then the header's head := n and the doorbells. A reader checks the word is
+2n, copies ``used`` bytes, and checks the word again: changed means the copy may be torn, a lap.
+This relies on stores becoming visible in program order and loads not passing loads, which
+x86-64 (TSO) gives; CPython cannot express fences, so on a weakly ordered CPU the re-check is not
+a proof. The producer is the only writer of every word except a reader's own pid word. The
+snapshot table uses the same protocol per iid (a put bumps the iid's word odd, writes, even).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from monotape.platform.ring.doorbell import SocketBell, SocketBells
+from monotape.platform.ring.layout import (
+    SLOT_HEAD,
+    SNAPSHOT_HEAD,
+    Entry,
+    EntryKind,
+    Geometry,
+    RingConfig,
+    SlotState,
+    decode_entry,
+    encode_entry,
+    gap_entry,
+    slot_state,
+)
+from monotape.platform.ring.protocol import (
+    Gap,
+    GapCause,
+    Lapped,
+    ProducerCounters,
+    PublishOutcome,
+    ReaderCounters,
+    RingRead,
+    SnapshotChunk,
+    SnapshotPut,
+)
+from monotape.platform.ring.segment import (
+    SHM_DIR,
+    W_GENERATION,
+    W_HEAD,
+    W_PRODUCER,
+    W_READERS,
+    Segment,
+    segment_name,
+)
+
+__all__ = ["ShmReader", "ShmRing"]
+
+_SNAPSHOT_SPINS = 64  # a put copies < 100 bytes: a reader racing it retries, then yields
+
+
+class ShmRing:
+    """The producer: creates the segment, publishes, owns unlink."""
+
+    def __init__(self, segment: Segment) -> None:
+        self._seg = segment
+        self._bells = SocketBells(segment.name, segment.geometry.max_readers)
+        self._counters = ProducerCounters()
+
+    @classmethod
+    def create(
+        cls,
+        config: RingConfig | None = None,
+        *,
+        node_pid: int | None = None,
+        tag: str = "ring",
+        directory: Path = SHM_DIR,
+    ) -> ShmRing:
+        """A new segment for the node ``node_pid`` (default: this process); FileExistsError if
+        that node already has one under ``tag``."""
+        g = (config or RingConfig()).geometry()
+        path = directory / segment_name(os.getpid() if node_pid is None else node_pid, tag)
+        seg = Segment.create(path, g)
+        return cls(seg)
+
+    @classmethod
+    def reopen(cls, name: str, *, directory: Path = SHM_DIR) -> ShmRing:
+        """A restarted producer takes the segment over: numbering continues after the last
+        published entry, the generation moves so every reader reports ``Gap(RESTARTED)``, and a
+        snapshot slot the dead producer left half-written (odd word) is cleared (absent)."""
+        path = directory / name
+        seg = Segment.open(path)
+        g = seg.geometry
+        w = seg.words
+        for iid in range(g.snapshot_iids):
+            k = g.snapshot_offset(iid) >> 3
+            if w[k] & 1:
+                w[k + 3] = 0
+                w[k] += 1
+        w[W_PRODUCER] = os.getpid()
+        w[W_GENERATION] += 1
+        return cls(seg)
+
+    @property
+    def name(self) -> str:
+        return self._seg.name
+
+    @property
+    def path(self) -> Path:
+        return self._seg.path
+
+    @property
+    def geometry(self) -> Geometry:
+        return self._seg.geometry
+
+    @property
+    def counters(self) -> ProducerCounters:
+        return self._counters
+
+    @property
+    def head(self) -> int:
+        return int(self._seg.words[W_HEAD])
+
+    def publish(self, entry: Entry) -> PublishOutcome:
+        seg = self._seg
+        g = seg.geometry
+        data = encode_entry(entry)
+        outcome = PublishOutcome.PUBLISHED
+        if len(data) > g.max_entry:
+            data = gap_entry(entry.frame_no, entry.boundary_ns, entry.published_ns)
+            outcome = PublishOutcome.OVERSIZE
+            self._counters.oversize += 1
+        w = seg.words
+        no = w[W_HEAD] + 1
+        off = g.slot_offset(no)
+        k = off >> 3
+        w[k] = 2 * no - 1
+        w[k + 1] = len(data)
+        seg.mm[off + SLOT_HEAD : off + SLOT_HEAD + len(data)] = data
+        w[k] = 2 * no
+        w[W_HEAD] = no
+        c = self._counters
+        c.published += 1
+        c.bells_dropped += self._bells.ring(seg.reader_pids())
+        return outcome
+
+    def put_snapshot(self, iid: int, version: tuple[int, int], chunk: bytes) -> SnapshotPut:
+        g = self._seg.geometry
+        if not 0 <= iid < g.snapshot_iids:
+            self._counters.snapshots_refused += 1
+            return SnapshotPut.OUT_OF_RANGE
+        epoch, seq = version
+        if not (0 <= epoch < 1 << 64 and 0 <= seq < 1 << 64):
+            raise ValueError(f"version {version} is not two u64")
+        too_large = len(chunk) > g.max_chunk
+        n = 0 if too_large else len(chunk)
+        off = g.snapshot_offset(iid)
+        w = self._seg.words
+        k = off >> 3
+        s = w[k]
+        odd = s + 1 if s % 2 == 0 else s + 2
+        w[k] = odd
+        w[k + 1] = epoch
+        w[k + 2] = seq
+        w[k + 3] = n
+        if n:
+            self._seg.mm[off + SNAPSHOT_HEAD : off + SNAPSHOT_HEAD + n] = chunk
+        w[k] = odd + 1
+        if too_large:
+            self._counters.snapshots_refused += 1
+            return SnapshotPut.TOO_LARGE
+        return SnapshotPut.STORED
+
+    def close(self, unlink: bool = True) -> None:
+        """Unmap, and (the owner's duty) remove the segment: readers keep their mappings."""
+        self._bells.close()
+        self._seg.close()
+        if unlink:
+            self._seg.path.unlink(missing_ok=True)
+
+
+class ShmReader:
+    """One writer process's view: claims reader ``index`` (its doorbell) and follows the ring."""
+
+    def __init__(self, segment: Segment, index: int) -> None:
+        g = segment.geometry
+        if not 0 <= index < g.max_readers:
+            raise ValueError(f"reader index {index} is outside 0..{g.max_readers - 1}")
+        self._seg = segment
+        self.index = index
+        self._bell = SocketBell(segment.name, index)
+        w = segment.words
+        w[W_READERS + index] = os.getpid()
+        self._generation = w[W_GENERATION]
+        self._next = w[W_HEAD] + 1
+        self._counters = ReaderCounters()
+        # The copy out of a slot: an attribute so a test can race a slow copy with the producer.
+        self.copy: Callable[[int, int], bytes] = self._copy
+
+    def _copy(self, start: int, end: int) -> bytes:
+        return self._seg.mm[start:end]
+
+    @classmethod
+    def attach(cls, name: str, index: int, *, directory: Path = SHM_DIR) -> ShmReader:
+        path = directory / name
+        seg = Segment.open(path)
+        try:
+            return cls(seg, index)
+        except BaseException:
+            seg.close()
+            raise
+
+    @property
+    def name(self) -> str:
+        return self._seg.name
+
+    @property
+    def counters(self) -> ReaderCounters:
+        return self._counters
+
+    def poll(self) -> RingRead | None:
+        seg = self._seg
+        w = seg.words
+        c = self._counters
+        if w[W_GENERATION] != self._generation:
+            self._generation = w[W_GENERATION]
+            self._next = w[W_HEAD] + 1
+            c.gaps += 1
+            return Gap(GapCause.RESTARTED)
+        no = self._next
+        g = seg.geometry
+        off = g.slot_offset(no)
+        k = off >> 3
+        seq = w[k]
+        state = slot_state(no, seq)
+        if state is SlotState.NOT_YET:
+            return None
+        if state is SlotState.READY:
+            used = min(w[k + 1], g.max_entry)
+            data = self.copy(off + SLOT_HEAD, off + SLOT_HEAD + used)
+            if w[k] == seq:
+                self._next = no + 1
+                frame = decode_entry(data, no)
+                if frame.kind is EntryKind.GAP:
+                    c.gaps += 1
+                    return Gap(GapCause.OVERSIZE, frame.frame_no)
+                c.frames += 1
+                return frame
+            c.torn += 1  # overwritten while it was copied
+        resume = int(w[W_HEAD])
+        self._next = resume
+        c.laps += 1
+        c.missed += resume - no
+        return Lapped(no, resume)
+
+    def snapshot(self, iid: int) -> SnapshotChunk | None:
+        g = self._seg.geometry
+        if not 0 <= iid < g.snapshot_iids:
+            return None
+        off = g.snapshot_offset(iid)
+        w = self._seg.words
+        mm = self._seg.mm
+        k = off >> 3
+        cap = g.max_chunk
+        for spin in range(_SNAPSHOT_SPINS):
+            s = w[k]
+            if s == 0:
+                return None
+            if s & 1:  # a put in progress
+                if spin >= 8:
+                    os.sched_yield()  # let the producer finish if it shares our core
+                continue
+            epoch, seq, n = w[k + 1], w[k + 2], min(w[k + 3], cap)
+            chunk = mm[off + SNAPSHOT_HEAD : off + SNAPSHOT_HEAD + n]
+            if w[k] == s:
+                return SnapshotChunk((epoch, seq), chunk) if n else None
+        self._counters.snapshot_busy += 1
+        return None
+
+    def fileno(self) -> int:
+        return self._bell.fileno()
+
+    def drain_bell(self) -> int:
+        return self._bell.drain()
+
+    def close(self) -> None:
+        """Leave the reader table and unmap; the segment stays (the producer owns it)."""
+        seg = self._seg
+        if not seg.mm.closed:
+            k = W_READERS + self.index
+            if seg.words[k] == os.getpid():
+                seg.words[k] = 0
+        self._bell.close()
+        seg.close()

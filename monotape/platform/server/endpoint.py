@@ -1,0 +1,319 @@
+"""The WebSocket endpoint: ``FanoutServer``, the asyncio driver that only moves bytes.
+
+It listens (websockets' ``serve``, deflate off), greets each terminal with the hello, hands every
+message to the terminal's ``Session`` (core/session.py: the request rules, limits and token
+expiry, pure) and writes what the session answers; the frame, priority and heartbeat writes are
+the writer's (server/writer.py), the pings keepalive's (server/keepalive.py), the drain its
+driver's (server/drain.py); every way out ends in the registry's one idempotent ``teardown``
+(server/terminals.py) with a named ``Disconnect``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import itertools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import websockets
+from websockets.asyncio.server import Server, ServerConnection
+from websockets.exceptions import ConnectionClosed, ConnectionClosedOK
+
+from monotape.clock import Clock
+from monotape.config import ServerConfig
+from monotape.histograms import StageRecorder
+from monotape.platform.auth import TokenVerifier
+from monotape.platform.core.budget import Overrun
+from monotape.platform.core.conflation import Frame
+from monotape.platform.core.disconnect import Close, Disconnect
+from monotape.platform.core.drain import Drain
+from monotape.platform.core.fanout import SubscriptionIndex
+from monotape.platform.core.sequencer import Sequencer
+from monotape.platform.core.session import Session, SessionRules
+from monotape.platform.core.snapshots import FailureSink, SnapshotCache
+from monotape.platform.model import Instrument, Tick
+from monotape.platform.server.connection import Connection
+from monotape.platform.server.control import TerminalSocket
+from monotape.platform.server.drain import DrainDriver
+from monotape.platform.server.keepalive import glass_loop, in_glass_cohort, keepalive_loop
+from monotape.platform.server.terminals import FanoutStats, Terminals
+from monotape.platform.server.upgrade import UpgradeGate
+from monotape.platform.server.writer import Writer
+from monotape.platform.wire import codec
+
+__all__ = ["FanoutServer"]
+
+
+class FanoutServer:
+    def __init__(
+        self,
+        cfg: ServerConfig,
+        universe: Sequence[Instrument],
+        sequencer: Sequencer,
+        clock: Clock,
+        server_id: str = "monotape",
+        verifier: TokenVerifier | None = None,
+        hydrate: StageRecorder | None = None,
+        glass: StageRecorder | None = None,
+        overloaded: Callable[[], bool] | None = None,
+        priority: Callable[[np.ndarray], None] | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.clock = clock
+        self._hydrate = hydrate  # µs-resolution histogram of (re)subscription hydrations
+        self._glass = glass  # RTT/2 samples of the glass cohort (an upper bound)
+        self.sequencer = sequencer
+        self.terminals = Terminals()
+        self.snapshots = SnapshotCache(sequencer.published)
+        self.writer = Writer(cfg, clock, self.terminals, self.snapshots, priority)
+        self.drainer = DrainDriver(cfg, clock, self.terminals)
+        self._ids = {inst.key: inst.iid for inst in universe}
+        self.rules = SessionRules(
+            ids=self._ids,
+            max_subscriptions=cfg.max_subscriptions,
+            max_priority=cfg.max_priority,
+            requests_per_s=cfg.requests_per_s,
+            request_burst=cfg.request_burst,
+            errors=self.terminals.stats.request_errors,
+        )
+        self._next_id = itertools.count(1)
+        self._hello = codec.ws_binary_frame(
+            codec.encode_hello(
+                universe,
+                frame_ms=round(cfg.frame_ms),
+                max_subscriptions=cfg.max_subscriptions,
+                max_priority=cfg.max_priority,
+                server_id=server_id,
+            )
+        )
+        self._server: Server | None = None
+        self.gate = UpgradeGate(
+            cfg,
+            clock,
+            verifier=verifier,
+            draining=lambda: self.drainer.drain is not None,
+            overloaded=overloaded,
+        )
+
+    # -- what the node, the admin API and the collectors read ------------------------------------
+    @property
+    def connections(self) -> dict[int, Connection]:
+        return self.terminals.connections
+
+    @property
+    def index(self) -> SubscriptionIndex:
+        return self.terminals.index
+
+    @property
+    def stats(self) -> FanoutStats:
+        return self.terminals.stats
+
+    @property
+    def cohort(self) -> set[int]:
+        return self.terminals.cohort
+
+    @property
+    def failures(self) -> FailureSink | None:
+        return self.writer.failures
+
+    @failures.setter
+    def failures(self, sink: FailureSink | None) -> None:
+        self.writer.failures = sink
+
+    @property
+    def written_iids(self) -> np.ndarray:
+        return self.writer.written_iids
+
+    @property
+    def write_latencies_ns(self) -> list[int]:
+        return self.writer.write_latencies_ns
+
+    @property
+    def drain(self) -> Drain | None:
+        return self.drainer.drain
+
+    def iid_of(self, key: str) -> int | None:
+        return self._ids.get(key)
+
+    def sent_totals(self) -> tuple[int, int]:
+        return self.terminals.sent_totals()
+
+    def slow_consumer_drops(self) -> int:
+        return self.terminals.slow_consumer_drops()
+
+    # -- the writer's ----------------------------------------------------------------------------
+    def publish_frame(self, frame: Frame) -> int:
+        return self.writer.publish_frame(frame)
+
+    def publish_priority(self, applied: Sequence[Tick]) -> None:
+        self.writer.publish_priority(applied)
+
+    def flush_priority(self) -> int:
+        return self.writer.flush_priority()
+
+    def flush_behind(self) -> None:
+        self.writer.flush_behind()
+
+    def publish_heartbeat(self, wall_ms: int) -> None:
+        self.writer.publish_heartbeat(wall_ms)
+
+    # -- the loops ---------------------------------------------------------------------------
+    async def keepalive_loop(self) -> None:
+        await keepalive_loop(self.cfg, self.clock, self.terminals)
+
+    async def glass_loop(self) -> None:
+        assert self._glass is not None
+        await glass_loop(self.cfg, self.terminals, self._glass)
+
+    # -- drain -------------------------------------------------------------------------------
+    def start_drain(self) -> bool:
+        """Begin a staggered drain of every connection; False if one is already under way."""
+        return self.drainer.start()
+
+    async def wait_drained(self, timeout_s: float) -> bool:
+        return await self.drainer.wait(timeout_s)
+
+    def resume(self) -> bool:
+        """Take new terminals again after a drain (POST /admin/resume): a finished drain leaves
+        the node out of rotation (503 to upgrades, /readyz 503) until an operator says so.
+        False if there was no drain; a drain still running is stopped where it is."""
+        return self.drainer.resume()
+
+    def drain_status(self) -> dict[str, Any]:
+        return self.drainer.status()
+
+    # -- lifecycle -------------------------------------------------------------------------
+    async def start(self) -> int:
+        """Listen; returns the bound port (0 in the config picks a free one)."""
+        self._server = await websockets.serve(
+            self._serve_connection,
+            self.cfg.host,
+            self.cfg.ws_port,
+            compression=None,  # MEASURED: deflate costs 34 µs/frame and kills shared buffers
+            process_request=self.gate,
+            max_size=self.cfg.max_message_bytes,
+            max_queue=16,
+            ping_interval=None,  # keepalive_loop: one loop for every terminal, not a task each
+            ping_timeout=None,
+            backlog=self.cfg.listen_backlog,
+            # control frames charged to a per-terminal budget where websockets parses them, and
+            # a CLOSE message before every close frame of a failed connection (control.py)
+            create_connection=TerminalSocket,
+        )
+        sock = next(iter(self._server.sockets))
+        port: int = sock.getsockname()[1]
+        return port
+
+    async def stop(self, reason: Disconnect = Disconnect.SERVER_SHUTDOWN) -> None:
+        """Stop accepting, close every terminal with a going-away code and a reconnect hint
+        (a close already under way keeps its own reason), then finish the listener."""
+        if self._server is not None:
+            self._server.close(close_connections=False)  # no new terminals from here on
+        self.drainer.cancel()
+        terminals = self.terminals
+        for conn in list(terminals.connections.values()):
+            if not conn.close_reason:
+                terminals.close_later(conn, reason.close())
+        await terminals.settle()
+        for conn_id, left in list(terminals.connections.items()):
+            terminals.teardown(conn_id, left.close_reason or reason)
+        if self._server is not None:
+            await self._server.wait_closed()
+
+    # -- the one way out -------------------------------------------------------------------
+    def teardown(self, conn_id: int, reason: Disconnect) -> bool:
+        """Idempotent: cleans every index before it drops the connection entry."""
+        return self.terminals.teardown(conn_id, reason)
+
+    def fail(self, conn: Connection, close: Close) -> None:
+        self.terminals.fail(conn, close)
+
+    def _overrun(self, conn_id: int, overrun: Overrun) -> None:
+        """A terminal went over its control-frame or queued-bytes budget (control.py)."""
+        conn = self.terminals.connections.get(conn_id)
+        if conn is not None:
+            self.terminals.fail(conn, Disconnect.of_overrun(overrun).close())
+
+    def _expire(self, conn_id: int) -> None:
+        """The session's token expired: close with a reason and a reconnect hint (the terminal
+        reconnects with a fresh token)."""
+        conn = self.terminals.connections.get(conn_id)
+        if conn is None or conn.closing or conn.session is None:
+            return
+        close = conn.session.expire(self.clock.wall_ns() / 1e9)
+        if close is None:  # the timer ran ahead of the wall clock: look again then
+            self._arm_expiry(conn)
+            return
+        self.terminals.close_later(conn, close)
+
+    def _arm_expiry(self, conn: Connection) -> None:
+        assert conn.session is not None
+        left = conn.session.expires_in_s(self.clock.wall_ns() / 1e9)
+        if left is not None:
+            conn.expiry = asyncio.get_running_loop().call_later(left, self._expire, conn.conn_id)
+
+    # -- per connection ------------------------------------------------------------------------
+    async def _serve_connection(self, ws: ServerConnection) -> None:
+        conn_id = next(self._next_id)
+        now = self.clock.now_ns()
+        claims = self.gate.claims_for(ws)
+        session = Session(
+            conn_id,
+            self.rules,
+            self.terminals.index,
+            opened_ns=now,
+            expires_at_s=claims.exp if claims is not None else None,
+        )
+        conn = Connection(
+            conn_id,
+            ws,
+            outbox_frames=self.cfg.outbox_frames,
+            high_water=self.cfg.write_high_water,
+            opened_ns=now,
+            session=session,
+            so_sndbuf=self.cfg.so_sndbuf,
+        )
+        self._arm_expiry(conn)
+        terminals = self.terminals
+        terminals.admit(conn)
+        if self._glass is not None and in_glass_cohort(conn_id, self.cfg.glass_share):
+            terminals.cohort.add(conn_id)
+        if isinstance(ws, TerminalSocket):
+            ws.arm(
+                self.writer.control_limits,
+                self.clock.now_ns,
+                functools.partial(self._overrun, conn_id),
+            )
+        reason = Disconnect.CLOSED
+        writer = self.writer
+        try:
+            writer.answer(conn, self._hello)
+            async for message in ws:
+                if conn_id not in terminals.connections:
+                    break  # torn down under us (write error, kick): queued requests are moot
+                received = session.receive(message, self.clock.now_ns())
+                if received.answer is not None:
+                    writer.answer(conn, codec.ws_binary_frame(received.answer))
+                if received.hydrate:
+                    started = self.clock.now_ns()
+                    snapshot = self.snapshots.snapshot(writer.last_frame_no, received.hydrate)
+                    writer.deliver(conn, snapshot)
+                    if self._hydrate is not None:
+                        self._hydrate.record_ns(self.clock.now_ns() - started)
+                if received.ack is not None:
+                    writer.answer(conn, codec.ws_binary_frame(received.ack))
+                if received.close is not None:
+                    conn.close_reason = received.close.reason
+                    await terminals.close(conn, received.close)
+                    break
+        except ConnectionClosedOK:
+            reason = Disconnect.CLOSED
+        except ConnectionClosed as exc:
+            # websockets failed it itself (1002 protocol error, 1009 too big): say which.
+            reason = Disconnect.of_library_close(exc.sent.code if exc.sent is not None else 0)
+        finally:
+            # A close the server started (shutdown, drain, kick) names itself; otherwise the
+            # way the socket ended does.
+            terminals.teardown(conn_id, conn.close_reason or reason)

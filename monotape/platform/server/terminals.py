@@ -1,0 +1,162 @@
+"""The connection registry and the one way out: who is connected, and ``teardown``.
+
+Owns every per-connection piece of state the server keeps outside the connection itself (the
+subscription index, the set of connections behind, the glass cohort, unanswered keepalive pings)
+and the totals of connections already gone. ``teardown`` is the single, idempotent way out,
+whichever path a connection leaves by (design: Connections): it cleans every index before it
+drops the connection entry and counts the ``Disconnect`` under its label. ``fail`` and ``close``
+are the two ways the server ends a connection itself: at once (a terminal not holding up its end
+of a close handshake) or with a close handshake (drain, shutdown, an expired token, a session
+rule).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import Counter
+from typing import Final
+
+from websockets.exceptions import ConnectionClosed
+from websockets.protocol import State
+
+from monotape.platform.core.disconnect import Close, Disconnect
+from monotape.platform.core.fanout import SubscriptionIndex
+from monotape.platform.server.connection import Connection
+from monotape.platform.server.control import TerminalProtocol
+from monotape.platform.wire import codec
+
+__all__ = ["CLOSE_HANDSHAKE_S", "FAIL_GRACE_S", "FanoutStats", "Terminals"]
+
+# A failed connection's queued bytes (bounded by the budgets) get this long to reach a terminal
+# that still reads; then the socket is aborted whatever it holds.
+FAIL_GRACE_S: Final = 2.0
+CLOSE_HANDSHAKE_S: Final = 2.0  # a close handshake the terminal does not finish: abort
+
+
+def _abort(transport: asyncio.Transport) -> None:
+    with contextlib.suppress(Exception):  # already gone: nothing to do
+        transport.abort()
+
+
+class FanoutStats:
+    """Plain-int counters on the hot path; exported at scrape time (MEASURED: Counter.inc is
+    ~0.5 µs)."""
+
+    def __init__(self) -> None:
+        self.frames = 0  # frames built
+        self.payloads_last = 0  # distinct payloads in the last frame
+        self.priority_sent = 0
+        self.gap_snapshots = 0
+        self.request_errors: Counter[str] = Counter()  # by ErrorCode name
+        self.disconnects: Counter[str] = Counter()  # by Disconnect value (the exported label)
+        self.connections_total = 0
+        self.frame_writes = 0  # frames handed to the kernel straight from publish_frame
+        self.priority_writes = 0  # priority writes to the kernel, counted by flush_priority
+
+
+class Terminals:
+    """Every connected terminal, by connection id, and the indexes that point at them."""
+
+    def __init__(self) -> None:
+        self.connections: dict[int, Connection] = {}
+        self.index = SubscriptionIndex()
+        self.stats = FanoutStats()
+        self.behind: set[int] = set()  # connections with queued frames or a gap
+        self.cohort: set[int] = set()  # connections sampled for glass pings
+        self.pings: dict[int, tuple[int, asyncio.Future[float]]] = {}  # keepalive, unanswered
+        self.gone_frames = 0  # written to connections that have since left
+        self.gone_bytes = 0
+        self.gone_drops = 0
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def admit(self, conn: Connection) -> None:
+        self.connections[conn.conn_id] = conn
+        self.index.add_connection(conn.conn_id)
+        self.stats.connections_total += 1
+
+    def teardown(self, conn_id: int, reason: Disconnect) -> bool:
+        """Idempotent: cleans every index before it drops the connection entry."""
+        conn = self.connections.get(conn_id)
+        if conn is None:
+            return False
+        conn.closing = True
+        if conn.expiry is not None:
+            conn.expiry.cancel()
+        self.index.remove_connection(conn_id)
+        conn.outbox.clear()
+        self.behind.discard(conn_id)
+        self.cohort.discard(conn_id)
+        self.pings.pop(conn_id, None)
+        self.gone_frames += conn.frames_sent
+        self.gone_bytes += conn.bytes_sent
+        self.gone_drops += conn.outbox.drops
+        del self.connections[conn_id]
+        self.stats.disconnects[reason.value] += 1
+        if not conn.transport.is_closing():
+            conn.transport.abort()
+        return True
+
+    def fail(self, conn: Connection, close: Close) -> None:
+        """Fail the connection now (RFC 6455 §7.1.7), without waiting for the terminal: the
+        wire's CLOSE message and a close frame with the text and the hint, if the connection can
+        still take them; no more reading (a flood stops costing anything at once); the bytes
+        queued get ``FAIL_GRACE_S`` to drain, then the socket is aborted. The teardown (counted
+        under the reason) runs at once. For budget overruns, keepalive timeouts and the
+        slow-consumer kick: terminals that are not holding up their end of a close handshake."""
+        reason = conn.close_reason = conn.close_reason or close.reason
+        ws = conn.ws
+        protocol = ws.protocol
+        if protocol.state is State.OPEN and isinstance(protocol, TerminalProtocol):
+            protocol.fail_with_hint(int(close.code), close.text, close.reconnect_after_ms)
+            with contextlib.suppress(Exception):  # the uvloop write-after-eof trap, and kin
+                ws.send_data()
+        transport = conn.transport
+        if not transport.is_closing():
+            transport.close()  # stops reading now; flushes what is queued (bounded)
+            asyncio.get_running_loop().call_later(FAIL_GRACE_S, _abort, transport)
+        self.teardown(conn.conn_id, reason)
+
+    async def close(self, conn: Connection, close: Close) -> None:
+        """A close handshake: the wire's CLOSE message, then the close frame (the hint at the end
+        of its reason); a terminal that does not answer in ``CLOSE_HANDSHAKE_S`` is aborted."""
+        if conn.writable:
+            # Best effort: the WebSocket close frame below is what a terminal must get.
+            with contextlib.suppress(Exception):
+                conn.transport.write(
+                    codec.ws_binary_frame(
+                        codec.encode_close(int(close.code), close.reconnect_after_ms, close.text)
+                    )
+                )
+        conn.closing = True
+        try:
+            await asyncio.wait_for(
+                conn.ws.close(
+                    int(close.code),
+                    f"{close.text}; reconnect_after_ms={close.reconnect_after_ms}",
+                ),
+                CLOSE_HANDSHAKE_S,
+            )
+        except (TimeoutError, ConnectionClosed, OSError):
+            conn.transport.abort()
+
+    def close_later(self, conn: Connection, close: Close) -> None:
+        """Start a close handshake without waiting for it (``stop`` waits for the rest)."""
+        conn.close_reason = close.reason
+        task = asyncio.get_running_loop().create_task(self.close(conn, close))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def settle(self) -> None:
+        """Wait for the close handshakes started with ``close_later``."""
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def sent_totals(self) -> tuple[int, int]:
+        """(messages, bytes) written so far, live connections plus those already gone."""
+        frames = self.gone_frames + sum(c.frames_sent for c in self.connections.values())
+        sent = self.gone_bytes + sum(c.bytes_sent for c in self.connections.values())
+        return frames, sent
+
+    def slow_consumer_drops(self) -> int:
+        """Frames dropped from full outbound rings, live connections plus those gone."""
+        return self.gone_drops + sum(c.outbox.drops for c in self.connections.values())

@@ -1,0 +1,275 @@
+"""The writer: planned bytes to sockets, and nothing else.
+
+Per frame the decisions are made in core (core/planner.py: each changed symbol encoded once,
+one payload per signature, framed once); here the planned bytes are written to every connection
+of their signature. A connection that is behind (queued frames, a gap, a full socket) takes the
+ordered path through its bounded ring (server/connection.py, core/outbox.py); a connection whose
+socket refuses the bytes is collected and torn down after the loop, so one misbehaving terminal
+never costs the others their frame (MEASURED: the uvloop write-after-eof trap).
+
+The same for the order-ticket path (``publish_priority``), heartbeats and the answers to
+requests (``answer``: never dropped with the data).
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+from collections.abc import Callable, Sequence
+from typing import Final
+
+import numpy as np
+from websockets.protocol import State
+
+from monotape.clock import Clock
+from monotape.config import ServerConfig
+from monotape.platform.core.budget import ControlLimits
+from monotape.platform.core.conflation import Frame
+from monotape.platform.core.disconnect import Disconnect
+from monotape.platform.core.planner import NO_IIDS, gap_snapshot, plan_frame, written_iids
+from monotape.platform.core.snapshots import FailureSink, SnapshotCache
+from monotape.platform.model import Tick
+from monotape.platform.server.connection import Connection, WriteFailed
+from monotape.platform.server.terminals import Terminals
+from monotape.platform.wire import codec
+
+__all__ = ["PRIORITY_BUFFER", "Delivery", "Writer"]
+
+OPEN = State.OPEN
+# Priority write latencies held between frames; a burst that fills the buffer is handed on early.
+# Fixed at 4,096 int64 values (32 KiB) per process, whatever the burst.
+PRIORITY_BUFFER: Final = 4096
+
+
+class Delivery(enum.Enum):
+    WRITTEN = "written"  # handed to the kernel now
+    QUEUED = "queued"  # in the connection's ring (or dropped into its gap)
+    REFUSED = "refused"  # not deliverable: closing, or the socket failed (then torn down)
+
+
+class Writer:
+    def __init__(
+        self,
+        cfg: ServerConfig,
+        clock: Clock,
+        terminals: Terminals,
+        snapshots: SnapshotCache,
+        priority: Callable[[np.ndarray], None] | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.clock = clock
+        self.terminals = terminals
+        self.snapshots = snapshots
+        self.failures: FailureSink | None = None  # the node's: a symbol that cannot encode
+        self.last_frame_no = 0
+        self.write_latencies_ns: list[int] = []  # the last frame's direct writes
+        # the instruments whose record was in a payload of the last frame handed to the kernel
+        # for at least one terminal: the ticks that get a tick_to_write value (stamps.py)
+        self.written_iids: np.ndarray = NO_IIDS
+        # Admitted → written latencies of priority writes, gathered in a fixed buffer (no
+        # allocation per value) and handed to ``priority`` in batches (``flush_priority``).
+        self._priority_sink = priority
+        self._priority_ns = np.empty(PRIORITY_BUFFER, dtype=np.int64)
+        self._priority_n = 0
+        self.control_limits = ControlLimits(
+            cfg.control_frames_per_s, cfg.control_frames_burst, cfg.max_queued_bytes
+        )
+
+    # -- the fan-out ---------------------------------------------------------------------------
+    def publish_frame(self, frame: Frame) -> int:
+        """Write the frame's planned payloads to every connection of their signature; then give
+        slow terminals their chance to catch up.
+
+        Returns the monotonic time the payloads were published (encoded and framed); the
+        per-connection write latencies from then are left in ``write_latencies_ns``, and the
+        instruments that went out in a direct write in ``written_iids``."""
+        terminals = self.terminals
+        index = terminals.index
+        self.last_frame_no = frame.frame_no
+        terminals.stats.frames += 1
+        plan = plan_frame(frame, index, self.failures)
+        terminals.stats.payloads_last = len(plan.payloads)
+        now_ns = self.clock.now_ns
+        published = now_ns()
+        latencies = self.write_latencies_ns
+        latencies.clear()
+        record = latencies.append
+        connections = terminals.connections
+        behind = terminals.behind
+        high_water = self.cfg.write_high_water
+        written = Delivery.WRITTEN
+        failed: list[int] = []  # sockets that refused bytes: torn down after the loop
+        # The fast path is the whole point of the tier (MEASURED: ~6 µs per pre-framed write):
+        # a connection that is open, not behind and has room gets the shared bytes straight away;
+        # anything else takes deliver's ordered path (ring, gap, closing).
+        written_sigs: list[int] = []
+        for wire, conn_ids, sig in plan.payloads:
+            size = len(wire)
+            before = len(latencies)
+            for cid in conn_ids:
+                conn = connections.get(cid)
+                if conn is None:
+                    continue
+                transport = conn.transport
+                if (
+                    cid in behind
+                    or conn.closing
+                    or conn.protocol.state is not OPEN
+                    or transport.get_write_buffer_size() > high_water
+                ):
+                    if self._deliver(conn, wire, failed) is written:
+                        record(now_ns() - published)
+                    continue
+                try:
+                    transport.write(wire)
+                except Exception:  # the uvloop write-after-eof trap: this connection only
+                    conn.closing = True  # nothing more for it in this loop
+                    failed.append(cid)
+                    continue
+                conn.frames_sent += 1
+                conn.bytes_sent += size
+                record(now_ns() - published)
+            if len(latencies) > before:
+                written_sigs.append(sig)
+        self._teardown_failed(failed)
+        self.written_iids = written_iids(plan, written_sigs, index)
+        terminals.stats.frame_writes += len(latencies)
+        self.flush_behind()
+        return published
+
+    def flush_behind(self) -> None:
+        """Give terminals with queued frames (or a gap) their chance to catch up."""
+        terminals = self.terminals
+        behind = terminals.behind
+        if not behind:
+            return
+        now = self.clock.now_ns()
+        kick_after = int(self.cfg.slow_consumer_kick_s * 1e9)
+        for cid in tuple(behind):
+            conn = terminals.connections.get(cid)
+            if conn is None:
+                behind.discard(cid)
+                continue
+            try:
+                if conn.flush(functools.partial(self._gap_snapshot, cid)):
+                    terminals.stats.gap_snapshots += 1
+            except WriteFailed:
+                terminals.teardown(cid, Disconnect.WRITE_ERROR)
+                continue
+            if not conn.behind:
+                behind.discard(cid)
+            # A terminal that has not drained its socket for this long is not slow, it is gone
+            # (or wedged): its ring is bounded anyway, but the kernel buffer and the entry are not
+            # worth keeping. It reconnects and hydrates like any other.
+            if not conn.outbox.gap:
+                conn.gap_since_ns = 0
+            elif not conn.gap_since_ns:
+                conn.gap_since_ns = now
+            elif kick_after and now - conn.gap_since_ns > kick_after:
+                terminals.fail(conn, Disconnect.SLOW_CONSUMER.close())
+                continue
+            # Bytes, not only frames: the transport's buffer (answers, a large snapshot) plus
+            # the ring. Only connections already behind get here, never the fast path.
+            queued = conn.transport.get_write_buffer_size() + conn.outbox.queued_bytes
+            if self.control_limits.over_queued(queued):
+                terminals.fail(conn, Disconnect.QUEUED_BYTES.close())
+
+    def _gap_snapshot(self, conn_id: int) -> bytes:
+        return gap_snapshot(self.snapshots, self.terminals.index, self.last_frame_no, conn_id)
+
+    # -- the order ticket ----------------------------------------------------------------------
+    def publish_priority(self, applied: Sequence[Tick]) -> None:
+        """The order-ticket path: an admitted tick goes at once to the terminals that marked it,
+        encoded and framed once for all of them.
+
+        Each write handed to the kernel now gives one ``priority`` value, written time minus
+        ``tick.admitted_ns``; an update queued in a slow terminal's ring gives none (as for
+        ``write``: the ring holds bytes, not admitted times)."""
+        terminals = self.terminals
+        index = terminals.index
+        has_priority = index.has_priority
+        now_ns = self.clock.now_ns
+        latencies = self._priority_ns
+        written = Delivery.WRITTEN
+        failed: list[int] = []
+        for tick in applied:
+            if not has_priority(tick.iid):  # the common case: no order ticket holds it
+                continue
+            targets = index.priority_connections(tick.iid)
+            try:
+                wire = codec.ws_binary_frame(codec.encode_priority(codec.encode_full_record(tick)))
+            except ValueError as exc:  # this tick only; the conflated stream still carries it
+                if self.failures is not None:
+                    self.failures.record("priority", exc, iid=tick.iid)
+                continue
+            admitted = tick.admitted_ns
+            for cid in targets:
+                conn = terminals.connections.get(cid)
+                if conn is not None:
+                    if self._deliver(conn, wire, failed) is written:
+                        n = self._priority_n
+                        latencies[n] = now_ns() - admitted
+                        self._priority_n = n + 1
+                        if n + 1 == PRIORITY_BUFFER:  # bounded: a burst is handed on early
+                            self.flush_priority()
+                    terminals.stats.priority_sent += 1
+        self._teardown_failed(failed)
+
+    def flush_priority(self) -> int:
+        """Hand the priority latencies gathered since the last call to the ``priority`` sink
+        (the node calls it once per frame and before each rotation); returns how many. The array
+        the sink gets is a view of a reused buffer, valid during the call only."""
+        n = self._priority_n
+        if not n:
+            return 0
+        self._priority_n = 0
+        self.terminals.stats.priority_writes += n
+        if self._priority_sink is not None:
+            self._priority_sink(self._priority_ns[:n])
+        return n
+
+    def publish_heartbeat(self, wall_ms: int) -> None:
+        wire = codec.ws_binary_frame(codec.encode_heartbeat(self.last_frame_no, wall_ms))
+        failed: list[int] = []
+        for conn in tuple(self.terminals.connections.values()):
+            self._deliver(conn, wire, failed)
+        self._teardown_failed(failed)
+
+    # -- one connection ------------------------------------------------------------------------
+    def answer(self, conn: Connection, wire: bytes) -> None:
+        """Hello, acks and errors: in order among themselves, never dropped with the data."""
+        if conn.closing or conn.ws.protocol.state is not OPEN:
+            return
+        try:
+            if not conn.deliver_control(wire):
+                self.terminals.behind.add(conn.conn_id)
+        except WriteFailed:
+            self.terminals.teardown(conn.conn_id, Disconnect.SLOW_CONSUMER)
+
+    def deliver(self, conn: Connection, wire: bytes) -> Delivery:
+        """Data bytes (a snapshot) to one connection, outside a fan-out loop."""
+        failed: list[int] = []
+        delivery = self._deliver(conn, wire, failed)
+        self._teardown_failed(failed)
+        return delivery
+
+    def _deliver(self, conn: Connection, wire: bytes, failed: list[int]) -> Delivery:
+        if conn.closing or conn.ws.protocol.state is not OPEN:
+            # A close is under way (ours or the terminal's): its own path tears the connection
+            # down and names the reason; a write now would only mislabel it as a write error.
+            return Delivery.REFUSED
+        try:
+            written = conn.deliver(wire)
+        except WriteFailed:
+            conn.closing = True  # nothing more for it until the loop's teardowns run
+            failed.append(conn.conn_id)
+            return Delivery.REFUSED
+        if not written:
+            self.terminals.behind.add(conn.conn_id)
+            return Delivery.QUEUED
+        return Delivery.WRITTEN
+
+    def _teardown_failed(self, failed: list[int]) -> None:
+        teardown = self.terminals.teardown
+        for cid in failed:
+            teardown(cid, Disconnect.WRITE_ERROR)

@@ -1,0 +1,40 @@
+"""The native send loop (monotape/platform/server/_sendmany.c); everything else is in
+pyproject.toml.
+
+The extension is optional so that a machine without a C compiler still installs and runs the
+pure-Python fallback (monotape.platform.server.sendmany). Under CI=true a failed build fails
+the install instead: otherwise CI would quietly compare Python with Python.
+"""
+
+import os
+from pathlib import Path
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+STRICT = os.environ.get("CI", "").lower() == "true"
+HERE = Path(__file__).resolve().parent
+
+
+class BuildExt(build_ext):
+    def build_extension(self, ext: Extension) -> None:
+        try:
+            super().build_extension(ext)
+        except Exception:
+            # An editable install runs the package from the source tree: a build of the
+            # previous source left there would outlive this failed rebuild unnoticed.
+            (HERE / self.get_ext_filename(ext.name)).unlink(missing_ok=True)
+            raise
+
+
+setup(
+    cmdclass={"build_ext": BuildExt},
+    ext_modules=[
+        Extension(
+            "monotape.platform.server._sendmany",
+            sources=["monotape/platform/server/_sendmany.c"],
+            extra_compile_args=["-Wall", "-Wextra", "-Werror"],
+            optional=not STRICT,
+        )
+    ],
+)

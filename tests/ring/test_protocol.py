@@ -1,0 +1,194 @@
+"""The ring's guarantees (protocol.RingProducer / RingReader), held by the in-process ring and the
+/dev/shm ring alike: every test runs against both."""
+
+from __future__ import annotations
+
+import asyncio
+import select
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from monotape.platform.ring import (
+    Entry,
+    EntryKind,
+    Gap,
+    GapCause,
+    Lapped,
+    PublishOutcome,
+    RingFollower,
+    RingFrame,
+    RingRead,
+    SnapshotChunk,
+    SnapshotPut,
+)
+from monotape.platform.ring.protocol import RingReader
+from tests.conftest import until
+from tests.ring.conftest import RingPair, open_ring
+from tests.ring.frames import expected_frame, realistic_records
+
+
+def frame(frame_no: int, records: int = 20) -> Entry:
+    return expected_frame(frame_no, records)
+
+
+def assert_same(got: RingRead | None, sent: Entry, no: int) -> None:
+    assert isinstance(got, RingFrame), got
+    assert got.no == no
+    assert (got.kind, got.frame_no, got.boundary_ns, got.published_ns) == (
+        sent.kind,
+        sent.frame_no,
+        sent.boundary_ns,
+        sent.published_ns,
+    )
+    assert got.records.as_dict() == sent.records
+    assert got.priority.as_dict() == sent.priority
+
+
+def test_every_reader_gets_every_entry_in_order(ring: RingPair) -> None:
+    producer, reader = ring
+    a, b = reader(0), reader(1)
+    assert a.poll() is None and b.poll() is None
+    sent = [frame(k) for k in range(1, 2 * producer.geometry.slots)]
+    for no, entry in enumerate(sent, 1):
+        assert producer.publish(entry) is PublishOutcome.PUBLISHED
+        assert_same(a.poll(), entry, no)  # a reads as it goes
+        if no % 7 == 0:  # b reads in bursts, never more than a ring behind
+            for k in range(no - 6, no + 1):
+                assert_same(b.poll(), sent[k - 1], k)
+    assert a.poll() is None
+    assert a.counters.frames == len(sent) and a.counters.laps == 0
+    assert producer.counters.published == len(sent)
+
+
+def test_a_reader_starts_after_the_newest_entry(ring: RingPair) -> None:
+    producer, reader = ring
+    producer.publish(frame(1))
+    late = reader(2)
+    assert late.poll() is None
+    producer.publish(frame(2))
+    assert_same(late.poll(), frame(2), 2)
+
+
+def test_a_lapped_reader_knows_it_and_the_other_misses_nothing(ring: RingPair) -> None:
+    producer, reader = ring
+    slots = producer.geometry.slots
+    steady, stalled = reader(0), reader(1)
+    for no in range(1, slots + 6):
+        producer.publish(frame(no))
+        assert_same(steady.poll(), frame(no), no)
+    head = slots + 5
+    lap = stalled.poll()
+    assert lap == Lapped(first=1, resume=head) and lap.missed == head - 1
+    assert_same(stalled.poll(), frame(head), head)  # continues with the newest entry
+    assert stalled.poll() is None
+    producer.publish(frame(head + 1))
+    assert_same(stalled.poll(), frame(head + 1), head + 1)
+    assert stalled.counters.laps == 1 and stalled.counters.missed == head - 1
+    assert steady.counters.laps == 0 and steady.counters.frames == head
+
+
+def test_a_frame_larger_than_a_slot_is_a_gap_for_everyone(ring: RingPair) -> None:
+    producer, reader = ring
+    a, b = reader(0), reader(1)
+    huge = Entry(EntryKind.FRAME, 9, 360, 361, realistic_records(1000))  # ~27 KB > 8 KiB slot
+    assert producer.publish(huge) is PublishOutcome.OVERSIZE
+    assert producer.counters.oversize == 1 and producer.counters.published == 1
+    for r in (a, b):
+        assert r.poll() == Gap(GapCause.OVERSIZE, frame_no=9)
+        assert r.counters.gaps == 1
+    producer.publish(frame(10))
+    assert_same(a.poll(), frame(10), 2)
+
+
+def test_priority_entries_between_frames(ring: RingPair) -> None:
+    producer, reader = ring
+    r = reader(0)
+    ticket = Entry(EntryKind.PRIORITY, 4, 160, 170, priority=realistic_records(2, seed=5))
+    producer.publish(frame(4))
+    producer.publish(ticket)
+    assert_same(r.poll(), frame(4), 1)
+    assert_same(r.poll(), ticket, 2)
+
+
+def test_snapshot_table(ring: RingPair) -> None:
+    producer, reader = ring
+    r = reader(0)
+    assert r.snapshot(5) is None
+    assert producer.put_snapshot(5, (1, 100), b"full-5") is SnapshotPut.STORED
+    assert r.snapshot(5) == SnapshotChunk((1, 100), b"full-5")
+    assert producer.put_snapshot(5, (2, 7), b"newer") is SnapshotPut.STORED
+    assert r.snapshot(5) == SnapshotChunk((2, 7), b"newer")
+    limit = producer.geometry.max_chunk
+    assert producer.put_snapshot(6, (1, 1), b"x" * limit) is SnapshotPut.STORED
+    assert producer.put_snapshot(5, (3, 1), b"x" * (limit + 1)) is SnapshotPut.TOO_LARGE
+    assert r.snapshot(5) is None  # absent, never a stale chunk under a newer version
+    assert producer.put_snapshot(producer.geometry.snapshot_iids, (1, 1), b"y") is (
+        SnapshotPut.OUT_OF_RANGE
+    )
+    assert producer.counters.snapshots_refused == 2
+    assert r.snapshot(6) == SnapshotChunk((1, 1), b"x" * limit)
+
+
+def _readable(r: RingReader) -> bool:
+    return bool(select.select([r.fileno()], [], [], 0)[0])
+
+
+def test_the_doorbell_rings_on_publish(ring: RingPair) -> None:
+    producer, reader = ring
+    r = reader(0)
+    assert not _readable(r)
+    producer.publish(frame(1))
+    producer.publish(frame(2))
+    assert _readable(r)
+    assert r.drain_bell() >= 1
+    assert not _readable(r)
+    assert isinstance(r.poll(), RingFrame) and isinstance(r.poll(), RingFrame)
+
+
+async def test_follower_wakes_on_the_doorbell(ring: RingPair) -> None:
+    producer, reader = ring
+    got: list[RingRead] = []
+    follower = RingFollower(reader(0), got.append, asyncio.get_running_loop(), reads_per_wake=2)
+    follower.start()
+    for k in range(1, 6):
+        producer.publish(frame(k))
+    await until(lambda: len(got) == 5, "five frames followed")
+    assert [g.no for g in got if isinstance(g, RingFrame)] == [1, 2, 3, 4, 5]
+    assert follower.wakes >= 1
+    follower.stop()
+    producer.publish(frame(6))
+    await asyncio.sleep(0.05)
+    assert len(got) == 5  # stopped: nothing read
+
+
+OPS = st.lists(st.one_of(st.integers(1, 80), st.just(0)), max_size=30)
+
+
+@pytest.mark.parametrize("kind", ["memory", "shm"])
+@settings(max_examples=40, deadline=None)
+@given(ops=OPS)
+def test_a_reader_sees_entries_in_order_or_a_lap_naming_what_it_lost(
+    kind: str, ops: list[int]
+) -> None:
+    """Any mix of bursts (publish n) and reads (0: poll until None): the reader's frames are
+    exactly the published ones, in order, and every jump is a Lapped naming it."""
+    with open_ring(kind) as (producer, reader):
+        r = reader(0)
+        head, want = 0, 1
+        for op in ops:
+            for _ in range(op):
+                head += 1
+                producer.publish(frame(head, records=3))
+            if op:
+                continue
+            while (got := r.poll()) is not None:
+                if isinstance(got, Lapped):
+                    assert got.first == want and head - want >= producer.geometry.slots
+                    assert got.resume == head
+                    want = got.resume
+                    continue
+                assert_same(got, frame(want, records=3), want)
+                want += 1
+            assert want == head + 1
