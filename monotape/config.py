@@ -85,6 +85,9 @@ class ServerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     # Kernel send buffer per terminal socket. Bounded on purpose: autotuning would let 6,000
     # slow terminals pin up to 4 MB of kernel memory each, and hide a slow consumer for seconds.
     so_sndbuf: int = 128 * 1024
+    # The per-terminal write loop in C (server/sendmany.py, issue 13): one send per terminal
+    # with the GIL released, one call per payload group. Off: the pure-Python transport path.
+    native_writer: bool = True
     slow_consumer_kick_s: float = 30.0  # a ring in gap this long: teardown "slow_consumer"
     max_subscriptions: int = 256
     max_priority: int = 8
@@ -176,6 +179,10 @@ class AuthConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     cache_size: int = 100_000  # verified tokens memoized (~0.4 KB each)
     max_token_bytes: int = 8192  # larger tokens are refused before any parsing
     verify_threads: int = 2  # the verification pool; the GIL is released in the signature check
+    # The watchlist page's dev sign-in (POST /watchlist/token: a 15-minute terminal token for a
+    # name, minted from the dev key). Only ever on the embedded default key; env
+    # MONOTAPE_AUTH__DEV_SIGN_IN=false turns it off there too.
+    dev_sign_in: bool = True
 
 
 class NatsConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

@@ -31,10 +31,13 @@ __all__ = [
     "GC_PAUSE",
     "GC_RECLAIMS",
     "GC_REFREEZES",
+    "GLASS_GAPS",
+    "GLASS_REGRESSING_TERMINALS",
     "GLASS_REGRESSIONS",
     "INDEX_ENTRIES",
     "INVARIANT_CHECK_SECONDS",
     "INVARIANT_VIOLATION",
+    "NATIVE_WRITER",
     "NATS_BUS_PREFIX",
     "OUTBOX_FRAMES",
     "OUTBOX_FRAMES_MAX",
@@ -76,6 +79,10 @@ STAGE_FAILURES = "monotape_stage_failures_total"
 TICKS_REJECTED = "monotape_ticks_rejected_total"  # {venue,reason}: refused where ticks enter
 FEED_BACKWARDS = "monotape_feed_backwards_total"  # {venue,handler}: its own stream went back
 GLASS_REGRESSIONS = "monotape_glass_regressions_total"  # terminals' own guard drops (must stay 0)
+# what terminals report (``report``), capped at 100 per connection: deltas on a base not held
+GLASS_GAPS = "monotape_glass_gaps_total"
+# distinct connections that reported a regression: what GlassRegressions pages on (>= 2 in 10 m)
+GLASS_REGRESSING_TERMINALS = "monotape_glass_regressing_terminals_total"
 GC_PAUSE = "monotape_gc_pause_seconds"  # histogram {generation}
 INDEX_ENTRIES = "monotape_index_entries"  # {index}
 INVARIANT_VIOLATION = "monotape_invariant_violation"  # {invariant}
@@ -84,6 +91,7 @@ CONNECTIONS = "monotape_connections"
 FRAMES_SENT = "monotape_frames_sent_total"
 BYTES_SENT = "monotape_bytes_sent_total"
 FRAME_PAYLOADS = "monotape_frame_payloads"
+NATIVE_WRITER = "monotape_native_writer"  # 1: frames go out through the native send loop
 OUTBOX_FRAMES = "monotape_outbox_frames"
 OUTBOX_FRAMES_MAX = "monotape_outbox_frames_max"
 PRIORITY_UPDATES_SENT = "monotape_priority_updates_sent_total"
@@ -101,9 +109,9 @@ GC_FROZEN_OBJECTS = "monotape_gc_frozen_objects"
 GC_REFREEZES = "monotape_gc_refreezes_total"  # counter: gc.freeze() after connections settled
 GC_RECLAIMS = "monotape_gc_reclaims_total"  # counter: unfreeze + full collect + freeze
 DISCONNECTS = "monotape_disconnects_total"  # {reason}
-# The NATS tick bus's own counters: <prefix><counter>_total and two gauges (bus_nats.py lists
-# the counters: published/sent/dropped/received batches and ticks, decode/sink errors, slow
-# consumer drops; gauges pending_batches, connected).
+# The NATS tick bus's own counters: <prefix><counter>_total and two gauges
+# (bus/nats_collector.py lists the counters: published/sent/dropped/received batches and ticks,
+# decode/sink errors, slow consumer drops; gauges pending_batches, connected).
 NATS_BUS_PREFIX = "monotape_bus_"
 REQUEST_ERRORS = "monotape_request_errors_total"  # {code}
 # upgrades refused with 429: their source address failed too many (no token work was done)

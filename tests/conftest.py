@@ -47,6 +47,21 @@ async def until(predicate: Callable[[], object], what: str, timeout_s: float = 2
         await asyncio.sleep(0.02)
 
 
+# The client commands that find a node and show it a token (commands/clientside.py), each in a
+# quick form: the unit and the e2e CLI tests run every one of them the same way.
+TINY_TRACE = ROOT / "tests" / "traces" / "open_storm_small.json"
+CLIENT_COMMANDS = pytest.mark.parametrize(
+    "command",
+    [
+        ("tape", "XNAS:AAPL"),
+        ("load", "churn", "--duration-s", "1"),
+        ("load", "storm", "--terminals", "4", "--duration", "3", "--open-at", "1"),
+        ("load", "replay", str(TINY_TRACE)),
+    ],
+    ids=["tape", "churn", "storm", "replay"],
+)
+
+
 def mint(data_dir: Path, *, admin: bool = False, ttl_s: float = 3600, sub: str = "tests") -> str:
     """A token signed by the dev key the server generated under its data directory."""
     return mint_token(ensure_dev_keys(data_dir).private_pem_path, sub=sub, ttl_s=ttl_s, admin=admin)
@@ -67,19 +82,25 @@ def start_server(data_dir: Path, *args: str, env: dict[str, str] | None = None) 
     return launch(data_dir, *args, env={**NO_LAG_SHEDDING, **(env or {})})
 
 
+class ServerFactory:
+    """What the ``server_factory`` fixture hands a test: ``start(*flags, env=)`` runs one more
+    node in its own data dir under the test's tmp_path; the fixture stops them all after."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.tmp_path = tmp_path
+        self.started: list[RunningServer] = []
+
+    def start(self, *args: str, env: dict[str, str] | None = None) -> RunningServer:
+        s = start_server(self.tmp_path / f"data{len(self.started)}", *args, env=env)
+        self.started.append(s)
+        return s
+
+
 @pytest.fixture
-def server_factory(tmp_path: Path) -> Iterator[type]:
-    started: list[RunningServer] = []
-
-    class Factory:
-        @staticmethod
-        def start(*args: str, env: dict[str, str] | None = None) -> RunningServer:
-            s = start_server(tmp_path / f"data{len(started)}", *args, env=env)
-            started.append(s)
-            return s
-
-    yield Factory
-    for s in started:
+def server_factory(tmp_path: Path) -> Iterator[ServerFactory]:
+    factory = ServerFactory(tmp_path)
+    yield factory
+    for s in factory.started:
         assert s.stop() is not None, "monotape run did not stop on SIGINT within its deadline"
 
 

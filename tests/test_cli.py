@@ -6,15 +6,19 @@ tests/e2e/test_cli.py; these are the mistakes caught before anything starts.
 
 from __future__ import annotations
 
+import argparse
 import logging
 import os
 import socket
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import msgspec
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from monotape import log
 from monotape.cli import build_parser, main
@@ -26,8 +30,10 @@ from monotape.commands.clientside import (
     redact,
     terminal_url,
 )
+from monotape.commands.flags import port, positive_float, positive_int, seconds
 from monotape.config import load_config
 from monotape.platform.node.endpoints import endpoints_for, read_endpoints, write_endpoints
+from tests.conftest import CLIENT_COMMANDS
 
 
 @pytest.fixture(autouse=True)
@@ -165,7 +171,8 @@ def test_every_command_has_help(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_the_parser_lists_the_client_commands() -> None:
     sub = next(a for a in build_parser()._actions if a.dest == "command")
-    assert {"run", "tape", "symbols", "token", "hdr", "load"} <= set(sub.choices)  # type: ignore[arg-type]
+    assert sub.choices is not None
+    assert {"run", "tape", "symbols", "token", "hdr", "load"} <= set(sub.choices)
 
 
 # -- the client side, pure ---------------------------------------------------------------------
@@ -228,19 +235,7 @@ def test_redact_strips_a_token_from_a_url() -> None:
     assert redact("ws://127.0.0.1:1/?token=eyJabc") == "ws://127.0.0.1:1/"
 
 
-TRACE = Path(__file__).parent / "traces" / "open_storm_small.json"
-
-
-@pytest.mark.parametrize(
-    "command",
-    [
-        ("tape", "XNAS:AAPL"),
-        ("load", "churn", "--duration-s", "1"),
-        ("load", "storm", "--terminals", "4", "--duration", "3", "--open-at", "1"),
-        ("load", "replay", str(TRACE)),
-    ],
-    ids=["tape", "churn", "storm", "replay"],
-)
+@CLIENT_COMMANDS
 def test_no_node_listening_is_one_line_naming_the_url(
     command: tuple[str, ...], capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -256,3 +251,39 @@ def test_no_node_listening_is_one_line_naming_the_url(
     assert f"cannot connect to {url}: Connection refused" in line
     assert "is monotape run running there?" in line and "--data-dir" in line
     assert "eyJsecret" not in out + err
+
+
+def test_a_reader_that_leaves_early_is_not_a_traceback(fresh_dir: Path) -> None:
+    # `monotape symbols | head -1`: the built-in universe is ~170 KB, more than a pipe holds, so
+    # the command is still writing when the reader closes its end.
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "monotape", "symbols", "--data-dir", str(fresh_dir / "d")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.readline().startswith(b"key")
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 141, err
+    assert "Traceback" not in err, err
+
+
+@given(st.integers(-100_000, 100_000))
+def test_number_flags_take_exactly_their_range(n: int) -> None:
+    for convert, ok in ((port, 0 <= n <= 65_535), (positive_int, n >= 1)):
+        if ok:
+            assert convert(str(n)) == n
+        else:
+            with pytest.raises(argparse.ArgumentTypeError, match=str(n)):
+                convert(str(n))
+
+
+@pytest.mark.parametrize("text", ["nan", "inf", "-inf", "-0.5", "x", ""])
+def test_seconds_and_rates_refuse_what_is_not_a_finite_amount(text: str) -> None:
+    for convert in (seconds, positive_float):
+        with pytest.raises(argparse.ArgumentTypeError):
+            convert(text)
+    assert seconds("0") == 0.0 and positive_float("0.5") == 0.5
+    with pytest.raises(argparse.ArgumentTypeError, match="must be a positive number"):
+        positive_float("0")

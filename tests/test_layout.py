@@ -20,8 +20,7 @@ resolved against the importing module's package. An arrow goes to the module nam
 packages around it (their ``__init__`` runs too, but drawing it would make every
 ``__init__`` that re-exports its room a circle with the room).
 
-``KNOWN_OFFENDERS`` lists what other engineers are removing in issue 11 right now: it is to be
-emptied when that lands, and anything not in it fails.
+``KNOWN_OFFENDERS`` is empty (issue 11 removed every offender): anything that offends fails.
 """
 
 from __future__ import annotations
@@ -64,23 +63,14 @@ IO_ROOMS = (
 )
 NOT_PRODUCT = ("monotape.loadgen", "monotape.testing")
 # The command line is the one product module that reaches the tools: `monotape load` (and
-# `monotape load churn`) is one of its commands (docs/design.md, CLI) and dispatches to loadgen.
-TOOL_DISPATCHERS = frozenset({"monotape.cli"})
+# `monotape load churn`) is one of its commands (docs/design.md, CLI) and dispatches to loadgen
+# through commands/load.py, which holds those subcommands.
+TOOL_DISPATCHERS = frozenset({"monotape.cli", "monotape.commands.load"})
 
-# Being removed in issue 11: the lead empties this when the restructuring lands. Each entry is
-# (rule, what): a circle as its sorted members joined by " <-> ", an import as
-# "importer -> imported", a module by name. Keep it short; never add a new offender here.
-KNOWN_OFFENDERS: frozenset[tuple[str, str]] = frozenset(
-    {
-        # being removed in issue 11: split by its owner right now (load tools).
-        ("size", "monotape.loadgen.harness"),
-        # being removed in issue 11: in no engineer's task this session (510, 432 and 406
-        # lines); the lead splits them or gives each a 'Size:' line.
-        ("size", "monotape.cli"),
-        ("size", "monotape.platform.auth.verifier"),
-        ("size", "monotape.dashboards.panels"),
-    }
-)
+# Empty since issue 11 landed: every offender was removed. Each entry would be (rule, what): a
+# circle as its sorted members joined by " <-> ", an import as "importer -> imported", a module
+# by name. Never add a new offender here: fix it, or (size) give the module a 'Size:' line.
+KNOWN_OFFENDERS: frozenset[tuple[str, str]] = frozenset()
 
 
 @dataclass

@@ -9,10 +9,16 @@ Two processes per measurement, on loopback (127.0.0.1), bounded in time:
     (the seed team's first version);
   - ``monotape``: the real ``FanoutServer`` (``platform/server/``) with a real ``Sequencer``:
     per frame ``sequencer.on_ticks(ticks, now)``, ``sequencer.take_frame(boundary)``,
-    ``server.publish_frame(frame)``; clients subscribe with binary msgpack requests;
+    ``server.publish_frame(frame)``; clients subscribe with binary msgpack requests; the
+    pure-Python writer (``server.native_writer = false``);
+  - ``monotape-native``: the same with the native writer (the C send loop of
+    ``platform/server/sendmany.py``, one call per payload group: the default);
   - ``floor``: the same websockets handshake, then per frame one bare ``transport.write`` per
     connection of a pre-framed ``bytes`` object, byte for byte monotape's payload for that
-    connection's signature (built before the measurement), so no encode and no planning.
+    connection's signature (built before the measurement), so no encode and no planning;
+  - ``c-floor``: the same bytes on the same sockets, written by the extension itself
+    (``send_many``: one call per signature group over fd lists built at subscribe time): the
+    C send loop, the floor under ``monotape-native``.
 - the *load client* (pinned to CPU 1) is the same for every variant: uvloop + raw sockets doing
   the RFC 6455 handshake, one masked binary subscribe request per connection, then counting
   every byte and every data message (frame headers parsed, payloads skipped) and answering pings.
@@ -35,6 +41,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import errno
 import json
 import os
 import queue
@@ -60,9 +67,19 @@ ROOT = Path(__file__).resolve().parents[2]
 FRAME_NS = 40_000_000
 SEED = 1
 CHANGE_SHARE = 0.25  # of the instruments change in each frame
-PY_VARIANTS = ("naive", "monotape", "floor")
+PY_VARIANTS = ("naive", "monotape", "monotape-native", "floor", "c-floor")
 NODE_VARIANTS = {"node-ws-json": "json", "node-ws-shared": "shared"}  # bench/node/server.js
-VARIANTS = ("naive", "node-ws-json", "node-ws-shared", "monotape", "floor")
+VARIANTS = (
+    "naive",
+    "node-ws-json",
+    "node-ws-shared",
+    "monotape",
+    "monotape-native",
+    "floor",
+    "c-floor",
+)
+NATIVE_TARGET_VS_NODE = 1.4  # issue 13: >= 1.4x cheaper than node-ws-shared...
+NATIVE_TARGET_VS_C = 1.15  # ...and within 1.15x of the C send loop
 FULL_CONNECTIONS = (1000, 4200, 6000)
 QUICK_CONNECTIONS = (200,)
 NODE_DIR = ROOT / "bench" / "node"
@@ -180,6 +197,8 @@ class _Bench:
 
 
 class _Monotape(_Bench):
+    native = False
+
     async def start(self) -> int:
         from monotape.clock import SystemClock
         from monotape.config import ServerConfig
@@ -187,8 +206,10 @@ class _Monotape(_Bench):
         from monotape.platform.server.endpoint import FanoutServer
 
         self.seq = Sequencer(lanes=4)
-        cfg = ServerConfig(host="127.0.0.1", ws_port=0)
+        cfg = ServerConfig(host="127.0.0.1", ws_port=0, native_writer=self.native)
         self.server = FanoutServer(cfg, self.work.universe, self.seq, SystemClock())
+        if self.native and not self.server.writer.native:
+            raise RuntimeError("monotape-native: the native extension is not built")
         now = time.monotonic_ns()
         self.seq.on_ticks(self.initial, now)
         self.server.publish_frame(self.seq.take_frame(now - now % FRAME_NS))
@@ -211,6 +232,10 @@ class _Monotape(_Bench):
         if self.measuring:
             self.feed_ns += t1 - t0
             self.fan_ns += time.thread_time_ns() - t1
+
+
+class _MonotapeNative(_Monotape):
+    native = True
 
 
 class _WsBench(_Bench):
@@ -373,12 +398,86 @@ class _Floor(_WsBench):
             self.fan_ns += time.thread_time_ns() - t1
 
 
+class _CFloor(_Floor):
+    """The floor's bytes on the same sockets, written by the C send loop: one ``send_many`` per
+    signature group. A socket that takes less (never at this load unless the client stalls)
+    gets the rest through its transport and leaves the fd lists until that has drained, so
+    the client's framing stays whole."""
+
+    def _on_subscribe(self, ws: Any, iids: list[int]) -> None:
+        super()._on_subscribe(ws, iids)
+        self._dirty = True
+
+    async def start(self) -> int:
+        from monotape.platform.server import sendmany
+
+        native = sendmany.native(True)
+        if native is None:
+            raise RuntimeError(f"c-floor: native extension not built: {sendmany.NATIVE_ERROR}")
+        self.send_many = native
+        self._dirty = True
+        self._seen = 0
+        self.groups: dict[int, tuple[list[int], list[Any]]] = {}
+        self.slow: set[Any] = set()  # transports holding a remainder
+        return await super().start()
+
+    def _regroup(self) -> None:
+        groups: dict[int, tuple[list[int], list[Any]]] = {}
+        for transport, sig in self.conns.values():
+            if transport in self.slow or transport.is_closing():
+                continue
+            fds, transports = groups.setdefault(sig, ([], []))
+            fds.append(transport.get_extra_info("socket").fileno())
+            transports.append(transport)
+        self.groups = groups
+        self._seen = len(self.conns)
+        self._dirty = False
+
+    async def step(self, boundary_ns: int) -> None:
+        k = self.next
+        self.next += 1
+        wires = self.wires[k % len(self.wires)]
+        t1 = time.thread_time_ns()
+        if self.slow:
+            drained = {t for t in self.slow if not t.get_write_buffer_size()}
+            if drained:
+                self.slow -= drained
+                self._dirty = True
+        if self._dirty or self._seen != len(self.conns):
+            self._regroup()
+        send_many = self.send_many
+        n = 0
+        nbytes = 0
+        for sig, (fds, transports) in self.groups.items():
+            wire = wires.get(sig)
+            if wire is None:
+                continue
+            short = send_many(wire, fds)
+            got = len(fds)
+            if short is not None:
+                for i, sent, err in short:
+                    if err and err != errno.EAGAIN:  # refused: not delivered
+                        got -= 1
+                        continue
+                    transports[i].write(wire[sent:])
+                    self.slow.add(transports[i])
+                    self._dirty = True
+            n += got
+            nbytes += got * len(wire)
+        self.sent += n
+        self.sent_bytes += nbytes
+        if self.measuring:
+            self.fan_ns += time.thread_time_ns() - t1
+
+
 async def _serve(args: argparse.Namespace) -> None:
     needed = frames_needed(args.seconds, args.warmup)
     cls: Callable[[int, int], _Bench] = {
         "naive": _Naive,
         "monotape": _Monotape,
+        "monotape-native": _MonotapeNative,
         "floor": _Floor,
+        "c-floor": _CFloor,
     }[args.variant]
     bench = cls(args.connections, needed)
     port = await bench.start()
@@ -744,6 +843,24 @@ def _summarize(name: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def _native_targets(med: float, summary: dict[str, dict[str, Any]]) -> list[str]:
+    """Issue 13's targets for the native writer, from the same run's peers."""
+    out = []
+    node = summary.get("node-ws-shared")
+    if node:
+        cheaper = node["us"][0] / med
+        met = "met" if cheaper >= NATIVE_TARGET_VS_NODE else "NOT met"
+        out.append(
+            f"{cheaper:.2f}x cheaper than node-ws-shared (>= {NATIVE_TARGET_VS_NODE}: {met})"
+        )
+    floor = summary.get("c-floor")
+    if floor:
+        over = med / floor["us"][0]
+        met = "met" if over <= NATIVE_TARGET_VS_C else "NOT met"
+        out.append(f"{over:.2f}x c-floor (<= {NATIVE_TARGET_VS_C}: {met})")
+    return out
+
+
 def _skipped(benchmark: str, variant: str, unit: str) -> Row:
     return Row(benchmark, variant, None, unit, note=NODE_SKIPPED)
 
@@ -781,11 +898,15 @@ def _rows(
             parts.append(f"only {min(s['subscribed'], s['connected'])} connections subscribed")
         if s["late"]:
             parts.append(f"{s['late']} frames > 40 ms late")
-        if v == "monotape":
+        if v in ("monotape", "monotape-native"):
             parts.append(f"target <= {TARGET_US:g} µs: {'met' if med <= TARGET_US else 'NOT met'}")
             parts.append(
                 f"of which sequencer {s['feed_us']:.2f} µs, publish_frame {s['fan_us']:.2f} µs"
             )
+        if v == "monotape-native":
+            parts += _native_targets(med, summary)
+        elif v == "monotape":
+            pass
         elif v == "naive":
             parts.append(f"encode+send loop {s['fan_us']:.2f} µs")
         elif v == "node-ws-json":

@@ -7,7 +7,7 @@ over 2,400 instruments with skewed activity (Zipf s=0.8 over symbols, the hot on
 over the universe). Each frame's changed symbols go through ``plan_payloads``; the figure is the
 median over frames of the number of payloads built (and, beside it, the writes they serve).
 
-    .venv/bin/python bench/fanout/bench_payloads.py [--quick]
+    .venv/bin/python -m bench.fanout.bench_payloads [--quick]
 """
 
 from __future__ import annotations

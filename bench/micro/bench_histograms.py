@@ -5,7 +5,7 @@ Issue 3: 190k ticks/s x 5 stages is ~1M values/s; hdrh's ``record_value()`` is ~
 counts array) must stay at or below 30 ns per value. Each figure is the median of >= 3 runs, with
 the per-value ``record_value`` loop as the peer.
 
-    .venv/bin/python bench/micro/bench_histograms.py [--quick]
+    .venv/bin/python -m bench.micro.bench_histograms [--quick]
 """
 
 from __future__ import annotations

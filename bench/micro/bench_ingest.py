@@ -11,7 +11,7 @@ lane keeps up with headroom for encoding on the same core). Median of 5 runs; th
 the same stream through ``Lane.admit`` per tick (the un-inlined rule) in the same process, so a
 noisy machine shows in both rows.
 
-    .venv/bin/python bench/micro/bench_ingest.py [--quick]
+    .venv/bin/python -m bench.micro.bench_ingest [--quick]
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ Both encodings are measured (``array_like``: ticks as msgpack arrays; ``maps``: 
 names). The peer, in the same run, is ``InProcessBus`` carrying the same batches to the same
 counting sink. Median of 3 runs (1 in quick mode, with a tiny stream).
 
-    .venv/bin/python bench/micro/bench_ingest_nats.py [--quick]
+    .venv/bin/python -m bench.micro.bench_ingest_nats [--quick]
 """
 
 from __future__ import annotations

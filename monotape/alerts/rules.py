@@ -100,6 +100,7 @@ def alert_rules() -> list[AlertRule]:
     admitted = m.TICKS_ADMITTED
     e2e = f'{m.STAGE_DURATION}_bucket{{stage="{STAGE_END_TO_END}"}}'
     gc_count = f"{m.GC_PAUSE}_count"
+    glass_terminals = m.GLASS_REGRESSING_TERMINALS
     gc_fast = f'{m.GC_PAUSE}_bucket{{le="{_le(GC_PAUSE_LONG_S)}"}}'
     return [
         AlertRule(
@@ -116,17 +117,32 @@ def alert_rules() -> list[AlertRule]:
                 "desk's 60-hour leak doubled p99)."
             ),
         ),
+        # Distinct terminals, fleet-wide, not records: a terminal's report is capped (100 per
+        # connection) and counts it once, so one hostile or broken terminal cannot page anyone.
         AlertRule(
-            name="GlassRegression",
-            signal=f"increase({m.GLASS_REGRESSIONS}[5m])",
-            condition="> 0",
+            name="GlassRegressions",
+            signal=f"sum by (job) (increase({glass_terminals}[10m]))",
+            condition=">= 2",
             for_="0s",
             severity=Severity.PAGE,
-            summary="A terminal's own guard dropped an older price ({{ $labels.instance }})",
+            summary="Two or more terminals dropped an older price within 10 minutes",
             description=(
-                "Terminals reported a delta at or below the version they held: the server sent "
-                "something that would have moved a price backwards on a screen. The SDK's guard "
-                "caught it; the promise was broken upstream of the glass. Must stay 0."
+                "Terminals' own guards dropped records at or below the version they held: the "
+                "server sent something that would have moved a price backwards on a screen. The "
+                "SDKs caught it; the promise was broken upstream of the glass. Must stay 0."
+            ),
+        ),
+        AlertRule(
+            name="GlassRegressionOneTerminal",
+            signal=f"sum by (job) (increase({glass_terminals}[10m]))",
+            condition="> 0 < 2",
+            for_="0s",
+            severity=Severity.WARNING,
+            summary="One terminal reported dropping an older price within 10 minutes",
+            description=(
+                "A single terminal reported regressions: a server bug that so far reached one "
+                "screen, or a broken or hostile terminal (its report is capped). GET "
+                "/admin/glass names it; a second terminal pages."
             ),
         ),
         AlertRule(

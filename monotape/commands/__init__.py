@@ -1,1 +1,2 @@
-"""The client commands behind the CLI: tape, symbols, the foreground of `monotape run`."""
+"""The commands behind the CLI: tape, symbols, load, the foreground of `monotape run`, and the
+flags they share (flags.py)."""

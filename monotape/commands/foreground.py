@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Final
 
 from monotape.commands.clientside import ClientError
 from monotape.config import Config
+from monotape.platform.server.sendmany import describe
 
 if TYPE_CHECKING:
     from monotape.platform.node.node import Node
@@ -50,10 +51,23 @@ def banner(node: Node, cfg: Config) -> str:
         f"  admin      http://{host}:{node.admin_port}/admin/  "
         f"(Authorization: Bearer $(monotape token{dd} --sub you --admin))\n"
         f"  dashboards http://{host}:{node.admin_port}/dashboards  (sign in with an admin token)\n"
+        f"  watchlist  http://{host}:{node.admin_port}/watchlist  ({_watchlist_sign_in(cfg)})\n"
         f"  symbols    monotape symbols{dd} [PATTERN]\n"
         f"  data dir   {Path(cfg.data_dir).resolve()}\n"
+        f"  writer     {describe(cfg.server.native_writer)} (server.native_writer)\n"
         "Ctrl-C stops it (drains terminals first; Ctrl-C again closes them at once)."
     )
+
+
+def _watchlist_sign_in(cfg: Config) -> str:
+    """How the watchlist page signs in on this node (node/watchlist.py)."""
+    from monotape.platform.node.watchlist import dev_sign_in_on
+
+    if not cfg.auth.enabled:
+        return "no sign-in: auth is off"
+    if dev_sign_in_on(cfg.auth):
+        return "dev sign-in: any name"
+    return "paste a terminal token"
 
 
 async def _watch_drain(node: Node) -> None:

@@ -6,27 +6,34 @@ Ctrl-C; 1 when the node ended the session (drained, token expired, shut down, co
 or a regression was seen; 2 when it could not start (``ClientError``: refused upgrade, nothing
 listening, none of the keys can be subscribed). A key the node refuses (malformed, unknown,
 over the limit) is named on stderr with the node's reason while the others keep streaming.
+
+``--max-hz`` caps the tape's frame rate (the node sends every k-th frame, full records);
+``--refresh`` keeps the session past its token's lifetime by sending a fresh token, minted from
+the same data dir's dev key, on the open connection (docs/sdk.md).
 """
 
 from __future__ import annotations
 
+import asyncio
 import sys
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from typing import Final
 
 from websockets.exceptions import InvalidHandshake, InvalidURI
 
-from monotape.commands.clientside import ClientError, connect_failure
+from monotape.commands.clientside import ClientError, client_token, connect_failure
 from monotape.config import Config
 from monotape.platform.wire.codec import ErrorCode, Refusal
 
-__all__ = ["describe_close", "run_tape"]
+__all__ = ["describe_close", "dev_key_refresh", "run_tape"]
+
+SUB: Final = "monotape-tape"  # the tape's tokens' subject: a refresh must name the same one
 
 _WHY: Final = {
     "drain": "the node drained its terminals (it is leaving the rotation)",
-    "token expired": "the token expired: run tape again (it mints a fresh one) or pass a new "
-    "--token",
+    "token expired": "the token expired: run tape again (it mints a fresh one; --refresh keeps "
+    "it fresh) or pass a new --token",
     "server_shutdown": "the node shut down",
 }
 
@@ -36,6 +43,26 @@ def describe_close(reason: str, code: int, reconnect_after_ms: int) -> str:
     return (
         f"{why} (close {code}; the node asks terminals to come back after {reconnect_after_ms} ms)"
     )
+
+
+def dev_key_refresh(cfg: Config, minted: bool) -> Callable[[], Awaitable[str]]:
+    """The refresh callback of a tape whose token was minted from the data dir's dev key: a
+    fresh one from the same key, same subject. ClientError for a token given (``--token``,
+    ``MONOTAPE_TOKEN``): nothing here can mint its successor."""
+    if not minted:
+        raise ClientError(
+            "--refresh mints fresh tokens from the data dir's dev key, so it cannot refresh a "
+            "token given with --token or MONOTAPE_TOKEN: drop --refresh, or the token"
+        )
+
+    async def refresh() -> str:
+        # the key file is read and the token signed off the event loop
+        credential = await asyncio.to_thread(client_token, None, cfg, {}, sub=SUB)
+        if credential.token is None:
+            raise ClientError("no token could be minted from the data dir's dev key")
+        return credential.token
+
+    return refresh
 
 
 def _print_refused(refused: Sequence[Refusal], what: str) -> None:
@@ -54,10 +81,13 @@ async def run_tape(
     cfg: Config,
     *,
     minted: bool,
+    max_hz: float = 25.0,
+    refresh: bool = False,
 ) -> int:
     from monotape.platform.sdk.client import KeysRefused, ServerError, TerminalClient
 
-    client = TerminalClient(url)
+    refresh_token = dev_key_refresh(cfg, minted) if refresh and token else None
+    client = TerminalClient(url, max_hz=max_hz, refresh_token=refresh_token)
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
         await client.connect(additional_headers=headers)

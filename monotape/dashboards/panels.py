@@ -7,6 +7,9 @@ the service, these panels and the alert rules can never drift apart.
 
 Units follow Grafana's ids: ``s`` seconds, ``bytes``, ``Bps`` bytes/s, ``ops`` per second,
 ``short`` a plain number.
+
+Size: a declarative table (five dashboards, their panels and targets) read top to bottom; split
+across files it would only hide one dashboard's panels from the next.
 """
 
 from __future__ import annotations
@@ -156,6 +159,23 @@ ORDERING = Dashboard(
             "A handler whose own stream went backwards: a venue or handler fault. Must be 0.",
             "ops",
             (Target(Rate(m.FEED_BACKWARDS, by=("venue",), zero_if_absent=True), "{{venue}}"),),
+        ),
+        Panel(
+            "glass regressions and gaps/s (terminals' reports)",
+            "What terminals' own guards dropped, as they report it (capped at 100 per "
+            "connection): regressions must stay 0; gaps are deltas on a base they lacked.",
+            "ops",
+            (
+                Target(Rate(m.GLASS_REGRESSIONS, zero_if_absent=True), "regressions"),
+                Target(Rate(m.GLASS_GAPS, zero_if_absent=True), "gaps"),
+            ),
+        ),
+        Panel(
+            "terminals reporting regressions/s",
+            "Distinct connections that reported a regression: what GlassRegressions pages on "
+            "(two within 10 minutes). Must be 0.",
+            "ops",
+            (Target(Rate(m.GLASS_REGRESSING_TERMINALS, zero_if_absent=True), "terminals"),),
         ),
         Panel(
             "admitted ticks/s by venue",

@@ -29,8 +29,17 @@ if TYPE_CHECKING:
 
     from .sampler import SampleRing
 
-__all__ = ["DASHBOARD_ENDPOINTS", "STATIC_DIR", "dashboard_handlers", "static_mount"]
+__all__ = [
+    "DASHBOARD_ENDPOINTS",
+    "STATIC_DIR",
+    "Handler",
+    "dashboard_handlers",
+    "json_response",
+    "static_mount",
+]
 
+# A route and its JSON answer, shared with the admin API's routes (node/admin_params.py imports
+# them from here: the node sits above the dashboards, never the reverse).
 Handler = Callable[[Request], Awaitable[Response]]
 STATIC_DIR = resources.files("monotape.dashboards") / "static"
 
@@ -52,7 +61,7 @@ def _names_drawn(d: Dashboard) -> frozenset[str]:
     return frozenset(n for p in d.panels for t in p.targets for n in sample_names(t.query))
 
 
-def _json(body: Any, status: int = 200) -> Response:
+def json_response(body: Any, status: int = 200) -> Response:
     return Response(msgspec.json.encode(body), status_code=status, media_type="application/json")
 
 
@@ -74,7 +83,7 @@ def dashboard_handlers(
         )
 
     async def index(request: Request) -> Response:
-        return _json(
+        return json_response(
             {
                 "dashboards": [
                     {"uid": d.uid, "title": d.title, "description": d.description}
@@ -89,10 +98,10 @@ def dashboard_handlers(
         try:
             d = dashboard(uid)
         except KeyError as exc:
-            return _json({"error": exc.args[0], "parameter": "uid"}, 404)
+            return json_response({"error": exc.args[0], "parameter": "uid"}, 404)
         raw = request.query_params.get("window", "5m")
         if raw not in WINDOWS:
-            return _json(
+            return json_response(
                 {"error": f"window: {raw[:40]!r} is not one of {', '.join(WINDOWS)}",
                  "parameter": "window"},
                 400,
@@ -105,7 +114,7 @@ def dashboard_handlers(
         end_ms = wall_ms()
         pauses = pauses_between(end_ms - window_s * 1000 - 1000, end_ms + 1)
         body = await run_in_threadpool(dashboard_from, d, snap, pauses, window_s)
-        return _json(body)
+        return json_response(body)
 
     return {"/dashboards": page, "/admin/dashboards": index, "/admin/dashboards/{uid}": data}
 

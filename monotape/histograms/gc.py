@@ -8,7 +8,7 @@ another pair. The callback is a closure over local names (no attribute lookups):
 phase stamps ``time.perf_counter_ns`` and the wall clock; the "stop" phase computes the
 duration, appends one ``GcPause`` (``gc=False``: the timeline adds nothing for the collector to
 walk) to a bounded deque and bumps plain lists of ints. MEASURED puts a bare pair at ~0.3 µs;
-this one measured 1.0-1.5 µs per collection (an empty pair: 0.12 µs) in ``bench/bench_gc.py``,
+this one measured 1.0-1.5 µs per collection (an empty pair: 0.12 µs) in ``bench/micro/bench_gc.py``,
 i.e. ~1 ms per second at ~1,000 gen-0 collections a second.
 
 Nothing here is on the per-tick path; ``GcCollector`` (the node's collectors,
@@ -185,7 +185,7 @@ class GcMonitor:
         when the objects that survived gen 1 since the last full collection exceed 25% of the
         (unfrozen) long-lived heap; freezing shrinks that heap, so gen 2 runs more often (~4x in
         MEASURED) - each run is cheap, because it only walks what was not frozen.
-        ``bench/bench_gc.py`` measures both sides (2 vCPU, Python 3.11.7, one noisy run):
+        ``bench/micro/bench_gc.py`` measures both sides (2 vCPU, Python 3.11.7, one noisy run):
 
         - full collection, 1,527,715 tracked objects: 145 ms unfrozen (140-160 ms over 7 runs)
           vs 0.001 ms frozen;

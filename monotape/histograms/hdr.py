@@ -44,7 +44,7 @@ SIGNIFICANT_DIGITS = 3
 PERCENTILES: tuple[float, ...] = (50.0, 90.0, 99.0, 99.9, 99.99)
 
 # Above this many values per batch a dense np.bincount over the whole counts array beats
-# np.add.at (measured in bench/bench_histograms.py); below it np.add.at touches fewer cells.
+# np.add.at (measured in bench/micro/bench_histograms.py); below it np.add.at touches fewer cells.
 _BINCOUNT_MIN = 2_048
 
 IntArray = npt.NDArray[np.int64]

@@ -3,7 +3,7 @@
 A Sans-I/O core (``run_once``: synchronous, no awaits) and a thin asyncio driver
 (``run_forever``) that only sleeps between checks (STYLE: the websockets anchor). Checks run on
 the event loop between frames, never per frame: at 6,000 connections x 20 subscriptions the
-whole pass costs about a millisecond every 30 s (bench/bench_invariants.py).
+whole pass costs about a millisecond every 30 s (bench/micro/bench_invariants.py).
 
 A trip is logged once, as one structured line, when an invariant goes from holding to failing
 (``invariant_tripped``), and once more when it holds again (``invariant_recovered``): never one

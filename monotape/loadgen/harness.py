@@ -5,9 +5,9 @@ one probe connection, draws each terminal's Zipf watchlist of its planned size
 (``watchlists.zipf_watchlists``), deals the terminals round-robin to ``processes`` workers
 ('spawn' context, uvloop in each), starts them on a common wall-clock second, prints progress
 every second, samples the server's /metrics (event-loop lag, auth cache) when given an admin URL,
-and merges what the workers measured into one ``LoadReport``. Bounded: the trace's duration plus
-``drain_s`` (then the workers cancel what is left), plus a grace to collect results, after which
-a worker that still has not reported is terminated.
+and merges what the workers measured into one ``LoadReport`` (``merge.py``, pure). Bounded: the
+trace's duration plus ``drain_s`` (then the workers cancel what is left), plus a grace to collect
+results, after which a worker that still has not reported is terminated.
 """
 
 from __future__ import annotations
@@ -30,13 +30,8 @@ from websockets.exceptions import InvalidHandshake, InvalidStatus, InvalidURI
 from monotape.commands.clientside import redact
 from monotape.loadgen.churn import ChurnFailed, ChurnRefused, check_loopback
 from monotape.loadgen.launch import scrape, sum_samples
-from monotape.loadgen.report import (
-    LoadProgress,
-    LoadReport,
-    Second,
-    print_progress,
-    summarize,
-)
+from monotape.loadgen.merge import Lag, merge_results, sum_progress
+from monotape.loadgen.report import LoadProgress, LoadReport, print_progress
 from monotape.loadgen.trace import Trace, plan_sessions
 from monotape.loadgen.watchlists import zipf_watchlists
 from monotape.loadgen.worker import Job, Knobs, WorkerResult, worker_main
@@ -266,13 +261,13 @@ def run_load(
                     failures.append(f"worker {wid} failed: {payload}")
             if progress is not None and time.monotonic() >= next_print:
                 next_print += 1.0
-                progress(_progress(latest, time.monotonic() - t_start, scraper))
+                progress(sum_progress(latest, time.monotonic() - t_start, _lag_last(scraper)))
             for wid, proc in enumerate(procs):  # a crashed worker never says "done"
                 if wid not in done and wid not in crashed and proc.exitcode not in (0, None):
                     crashed.add(wid)
                     failures.append(f"worker {wid} exited with {proc.exitcode}")
         if progress is not None:
-            progress(_progress(latest, time.monotonic() - t_start, scraper))
+            progress(sum_progress(latest, time.monotonic() - t_start, _lag_last(scraper)))
     finally:
         for q in starts:
             with contextlib.suppress(Exception):
@@ -296,9 +291,21 @@ def run_load(
     missing = [w for w in range(n) if w not in done]
     failures += [f"worker {w} did not report" for w in missing if not any(
         f.startswith(f"worker {w} ") for f in failures)]  # fmt: skip
-    return _merge(
-        url, trace, cfg, n, list(done.values()), failures, elapsed, scraper, before, after
+    return merge_results(
+        redact(url),
+        trace,
+        n,
+        list(done.values()),
+        failures,
+        elapsed,
+        Lag(scraper.lag_max, scraper.samples) if scraper else Lag(None, 0),
+        before,
+        after,
     )
+
+
+def _lag_last(scraper: _Scraper | None) -> float | None:
+    return scraper.lag_last if scraper else None
 
 
 def _wait_ready(results: Any, procs: list[Any], timeout_s: float) -> None:
@@ -318,99 +325,3 @@ def _wait_ready(results: Any, procs: list[Any], timeout_s: float) -> None:
             continue
         if kind == "ready":
             ready += 1
-
-
-def _progress(
-    latest: dict[int, tuple[int, ...]], elapsed: float, scraper: _Scraper | None
-) -> LoadProgress:
-    sums = [sum(p[i] for p in latest.values()) for i in range(7)]
-    return LoadProgress(
-        elapsed_s=round(elapsed, 1),
-        connected=sums[0],
-        connecting=sums[1],
-        backing_off=sums[2],
-        rejected=sums[3],
-        retries=sums[4],
-        first_frames=sums[5],
-        errors=sums[6],
-        loop_lag_s=scraper.lag_last if scraper else None,
-    )
-
-
-def _merge(
-    url: str,
-    trace: Trace,
-    cfg: LoadConfig,
-    n: int,
-    rs: list[WorkerResult],
-    failures: list[str],
-    elapsed: float,
-    scraper: _Scraper | None,
-    before: dict[str, float] | None,
-    after: dict[str, float] | None,
-) -> LoadReport:
-    def total(field: str) -> int:
-        return sum(int(getattr(r, field)) for r in rs)
-
-    n_seconds = max((len(r.seconds) for r in rs), default=0)
-    timeline = []
-    for t in range(n_seconds):
-        col = [sum(r.seconds[t][i] for r in rs if t < len(r.seconds)) for i in range(5)]
-        scheduled = trace.connects[t] if t < trace.duration_s else 0
-        timeline.append(Second(t, scheduled, col[0], col[1], col[2], col[3], col[4]))
-    while timeline and timeline[-1].attempts == 0 and timeline[-1].t >= trace.duration_s:
-        timeline.pop()
-    waves = [sum(r.waves[i] for r in rs) for i in range(max((len(r.waves) for r in rs), default=0))]
-    while waves and waves[-1] == 0:
-        waves.pop()
-    last_wave = trace.last_wave_s()
-    gap = max((r.last_gap for r in rs), default=-1)
-    recovered: float | None = float(max(last_wave, gap + 1))
-    if failures or (recovered is not None and recovered >= trace.duration_s):
-        recovered = None
-    hits = misses = rate = None
-    if before is not None and after is not None and AUTH_CACHE_HITS in after:
-        hits = int(after[AUTH_CACHE_HITS] - before.get(AUTH_CACHE_HITS, 0.0))
-        misses = int(after.get(AUTH_CACHE_MISSES, 0.0) - before.get(AUTH_CACHE_MISSES, 0.0))
-        rate = round(hits / (hits + misses), 4) if hits + misses else None
-    samples = [e for r in rs for e in r.error_samples][:20]
-    due, up = total("due_at_end"), total("up_at_end")
-    peak = max([s.connected for s in timeline] + [r.peak for r in rs] + [0])
-    return LoadReport(
-        url=redact(url),
-        trace=trace.name,
-        processes=n,
-        elapsed_s=round(elapsed, 3),
-        scheduled=trace.total_connects,
-        scheduled_connects_per_s_max=max(trace.connects),
-        mean_connects_per_s=round(trace.mean_connects_per_s, 3),
-        connected=total("connected_sessions"),
-        first_frames=total("first_frame_sessions"),
-        connect_ms=summarize([v for r in rs for v in r.connect_ms]),
-        first_frame_ms=summarize([v for r in rs for v in r.first_frame_ms]),
-        attempts=total("attempts"),
-        rejected_503=total("rejected"),
-        retries=total("retries"),
-        attempt_waves=waves,
-        connect_failures=total("connect_failures"),
-        disconnects_graceful=total("graceful"),
-        disconnects_abrupt=total("abrupt"),
-        closed_at_end=total("closed_at_end"),
-        lost=total("lost"),
-        abandoned=total("abandoned"),
-        errors=total("errors") + total("cancelled") + len(failures),
-        error_samples=failures + samples,
-        peak_concurrent=peak,
-        last_wave_s=last_wave,
-        recovered_at_s=recovered,
-        recovery_s=None if recovered is None else recovered - last_wave,
-        all_connected_at_end=not failures and due == up,
-        due_at_end=due,
-        up_at_end=up,
-        loop_lag_max_s=scraper.lag_max if scraper else None,
-        loop_lag_samples=scraper.samples if scraper else 0,
-        auth_cache_hits=hits,
-        auth_cache_misses=misses,
-        auth_cache_hit_rate=rate,
-        timeline=timeline,
-    )

@@ -46,7 +46,8 @@ def test_alerts_build_writes_the_file_and_check_tells_drift(
 def test_every_alert_the_issue_names_is_there_with_its_severity() -> None:
     assert list(RULES_BY_NAME) == [
         "InvariantViolated",
-        "GlassRegression",
+        "GlassRegressions",
+        "GlassRegressionOneTerminal",
         "TickToGlassP99High",
         "GCPauseLong",
         "FeedRedundancyLost",
@@ -58,8 +59,9 @@ def test_every_alert_the_issue_names_is_there_with_its_severity() -> None:
         "EventLoopLagHigh",
     ]
     assert RULES_BY_NAME["InvariantViolated"].severity == "page"
-    assert RULES_BY_NAME["GlassRegression"].severity == "page"
-    assert m.GLASS_REGRESSIONS in RULES_BY_NAME["GlassRegression"].expr
+    assert RULES_BY_NAME["GlassRegressions"].severity == "page"
+    assert m.GLASS_REGRESSING_TERMINALS in RULES_BY_NAME["GlassRegressions"].expr
+    assert RULES_BY_NAME["GlassRegressionOneTerminal"].severity == "warning"
     assert 'stage="tick_to_write"' in RULES_BY_NAME["TickToGlassP99High"].expr
     assert m.STAGE_DURATION in RULES_BY_NAME["TickToGlassP99High"].expr
 
@@ -114,12 +116,22 @@ CASES: dict[str, Case] = {
             ("3m", [{"invariant": "no_dangling_entries", "instance": "n1", "job": "monotape"}]),
         ],
     },
-    "GlassRegression": {
+    # Distinct terminals fleet-wide: one on n1 at 4m is not a page; a second one, on another
+    # node, at 8m is; 10 minutes later both have left the window.
+    "GlassRegressions": {
         "series": [
-            (f"{m.GLASS_REGRESSIONS}{{{N1}}}", "0 0 0 0 1 1 1"),
-            (f"{m.GLASS_REGRESSIONS}{{{N2}}}", "0 0 0 0 0 0 0"),
+            (f"{m.GLASS_REGRESSING_TERMINALS}{{{N1}}}", "0x3 1x16"),
+            (f"{m.GLASS_REGRESSING_TERMINALS}{{{N2}}}", "0x7 1x12"),
         ],
-        "checks": [("3m", []), ("5m", [{"instance": "n1", "job": "monotape"}])],
+        "checks": [("3m", []), ("6m", []), ("9m", [{"job": "monotape"}]), ("20m", [])],
+    },
+    # One terminal is a warning, never a page (above); two are a page, not this warning.
+    "GlassRegressionOneTerminal": {
+        "series": [
+            (f"{m.GLASS_REGRESSING_TERMINALS}{{{N1}}}", "0x3 1x16"),
+            (f"{m.GLASS_REGRESSING_TERMINALS}{{{N2}}}", "0x7 1x12"),
+        ],
+        "checks": [("3m", []), ("6m", [{"job": "monotape"}]), ("9m", []), ("20m", [])],
     },
     "TickToGlassP99High": {
         # 100 ticks a second each; n1 has 5% above 80 ms, n2 none above 45 ms

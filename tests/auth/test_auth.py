@@ -544,6 +544,22 @@ def test_token_from_request() -> None:
     assert token_from_request({}, "&".join(f"k{i}=v" for i in range(100))) is None
 
 
+def test_a_browser_token_rides_in_the_subprotocol_list() -> None:
+    """``new WebSocket(url, ["monotape.v2", "bearer." + token])``: after the header, before
+    the query parameter (docs/auth.md)."""
+    offered = [("Sec-WebSocket-Protocol", "monotape.v2, bearer.a.b.c")]
+    assert token_from_request(offered, "") == "a.b.c"
+    assert token_from_request(offered, "token=q") == "a.b.c"  # before the query
+    assert token_from_request([*offered, ("Authorization", "Bearer h")], "") == "h"  # header first
+    two_headers = [
+        ("sec-websocket-protocol", "monotape.v2"),
+        ("sec-websocket-protocol", "bearer.x"),
+    ]
+    assert token_from_request(two_headers, "") == "x"
+    assert token_from_request([("Sec-WebSocket-Protocol", "monotape.v2, bearer.")], "") is None
+    assert token_from_request([("Sec-WebSocket-Protocol", "monotape.v2")], "token=q") == "q"
+
+
 def test_www_authenticate() -> None:
     assert "error=" not in www_authenticate("missing token")
     assert 'error_description="expired"' in www_authenticate("expired")

@@ -7,6 +7,8 @@ reads gives the same counts, and every ping is answered with its own payload."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -17,15 +19,23 @@ from bench.e2e import bench_latency
 from tests.conftest import NO_LAG_SHEDDING
 
 
-class _Transport:
-    def __init__(self) -> None:
-        self.written: list[bytes] = []
+def _no_abort() -> None:
+    raise AssertionError("the client aborted a good stream")
 
-    def write(self, data: bytes) -> None:
+
+class _Transport(asyncio.Transport):
+    """Records what the client writes; ``on_abort`` is what an abort does."""
+
+    def __init__(self, on_abort: Callable[[], None] = _no_abort) -> None:
+        super().__init__()
+        self.written: list[bytes] = []
+        self.on_abort = on_abort
+
+    def write(self, data: bytes | bytearray | memoryview[Any]) -> None:
         self.written.append(bytes(data))
 
     def abort(self) -> None:
-        raise AssertionError("the client aborted a good stream")
+        self.on_abort()
 
 
 def _server_frame(opcode: int, payload: bytes) -> bytes:
@@ -68,7 +78,7 @@ def test_any_split_of_the_stream_gives_the_same_counts(
         done: asyncio.Future[bool] = loop.create_future()
         client = wsclient.CountingClient(counts, "h", b"REQ", done)
         transport = _Transport()
-        client.transport = transport  # type: ignore[assignment]
+        client.transport = transport
         prev = 0
         for cut in [*cuts, len(stream)]:
             if cut > prev:
@@ -93,9 +103,7 @@ def test_a_refused_upgrade_is_not_counted_open() -> None:
         counts = wsclient.Counts()
         client = wsclient.CountingClient(counts, "h", b"", loop.create_future())
         aborted: list[bool] = []
-        transport = _Transport()
-        transport.abort = lambda: aborted.append(True)  # type: ignore[method-assign]
-        client.transport = transport  # type: ignore[assignment]
+        client.transport = _Transport(on_abort=lambda: aborted.append(True))
         client.data_received(b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\n\r\n")
     finally:
         loop.close()

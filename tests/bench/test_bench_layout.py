@@ -42,9 +42,10 @@ def test_every_bench_declares_it_returns_rows() -> None:
 
 def test_a_row_of_another_shape_is_a_problem_not_adapted(monkeypatch: pytest.MonkeyPatch) -> None:
     fake = types.ModuleType("bench_fake")
-    fake.run = lambda quick: [{"benchmark": "b", "variant": "v", "value": 1.0, "unit": "u"}]  # type: ignore[attr-defined]
+    old_shape = [{"benchmark": "b", "variant": "v", "value": 1.0, "unit": "u"}]
+    monkeypatch.setattr(fake, "run", lambda quick: old_shape, raising=False)
     good = types.ModuleType("bench_good")
-    good.run = lambda quick: [row("b", "v", 2.0, "u")]  # type: ignore[attr-defined]
+    monkeypatch.setattr(good, "run", lambda quick: [row("b", "v", 2.0, "u")], raising=False)
     monkeypatch.setitem(sys.modules, "bench_fake", fake)
     monkeypatch.setitem(sys.modules, "bench_good", good)
     monkeypatch.setattr(

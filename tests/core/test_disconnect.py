@@ -7,10 +7,12 @@ import pytest
 from monotape.platform.core.budget import Overrun
 from monotape.platform.core.disconnect import (
     BAD_REQUESTS,
+    BAD_TOKEN_HINT_MS,
     REQUEST_FLOOD,
     RULE_BROKEN_HINT_MS,
     TEXT_FRAME,
     Disconnect,
+    in_band_refusal,
     library_close_hint_ms,
 )
 from monotape.platform.server.control import close_reason_with_hint
@@ -101,3 +103,15 @@ def test_session_closes_count_as_protocol_errors_with_their_own_codes() -> None:
 def test_closes_websockets_starts(sent: int, reason: Disconnect, hint: int) -> None:
     assert Disconnect.of_library_close(int(sent)) is reason
     assert library_close_hint_ms(int(sent)) == hint
+
+
+def test_an_upgrade_refused_in_band_says_when_to_come_back() -> None:
+    """What a browser reads instead of the HTTP status it cannot see (docs/wire.md, Browsers)."""
+    drain = in_band_refusal(503, 4, "draining: reconnect elsewhere")
+    assert (drain.code, drain.reconnect_after_ms) == (CloseCode.TRY_AGAIN_LATER, 4000)
+    assert drain.text == "draining: reconnect elsewhere"
+    flood = in_band_refusal(429, 30, "too many failed upgrades from this address")
+    assert (int(flood.code), flood.reconnect_after_ms) == (1013, 30_000)
+    bad = in_band_refusal(401, None, "unauthorized: bad signature")
+    assert (bad.code, bad.reconnect_after_ms) == (CloseCode.POLICY_VIOLATION, BAD_TOKEN_HINT_MS)
+    assert BAD_TOKEN_HINT_MS == 30_000

@@ -209,3 +209,29 @@ def test_plan_payloads_matches_brute_force(subs: dict[int, set[int]], dirty: set
         elif sig is not None:
             assert sig not in plan
     assert set(plan) == {ix.signature(c) for c, i in subs.items() if i & dirty}
+
+
+def test_rate_groups_follow_the_signature_and_leave_nothing_behind() -> None:
+    index = SubscriptionIndex()
+    for cid in (1, 2, 3):
+        index.add_connection(cid)
+        index.subscribe(cid, [1, 2])
+    sig = index.signature(1)
+    assert sig is not None
+    assert index.set_rate(2, 5) == 1 and index.set_rate(3, 5) == 1
+    assert index.paced_connections(sig) == {1} and index.connections(sig) == {1, 2, 3}
+    assert index.rated_groups(5) == [(sig, {2, 3})] and index.rates() == {5}
+    index.subscribe(3, [4])  # a new set: its group moves with its signature
+    sig3 = index.signature(3)
+    assert sig3 is not None and sorted(g for g, _ in index.rated_groups(5)) == sorted([sig, sig3])
+    assert index.cardinality()[0] == index.cardinality()[1]
+    assert index.set_rate(2, 25) == 5 and index.rate(2) == 25
+    assert index.rated_groups(25) == [(sig, {2})]
+    index.unsubscribe(2, [1, 2])  # no subscriptions: no signature, no group, the rate kept
+    assert index.rates() == {5} and index.rate(2) == 25
+    index.subscribe(2, [1])
+    assert index.rates() == {5, 25}
+    assert not index.dangling()
+    for cid in (1, 2, 3):
+        index.remove_connection(cid)
+    assert index.is_empty() and set(index.sizes().values()) == {0}

@@ -1,19 +1,31 @@
-"""The session, fed with no socket: request rules, rate limit, limits, mistakes, token expiry."""
+"""The session, fed with no socket: request rules, rate limit, limits, mistakes, token expiry,
+refresh, the glass report and the rate (max_hz)."""
 
 from __future__ import annotations
 
+import random
 from collections import Counter
+from dataclasses import dataclass
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from monotape.platform.core.disconnect import BAD_REQUESTS, REQUEST_FLOOD, TEXT_FRAME, Disconnect
 from monotape.platform.core.fanout import SubscriptionIndex
+from monotape.platform.core.glass import REPORT_CAP, REPORT_INTERVAL_NS, GlassLedger
 from monotape.platform.core.session import ERROR_WINDOW_NS, Received, Session, SessionRules
 from monotape.platform.wire import codec
 from monotape.platform.wire.codec import ErrorCode
 from monotape.platform.wire.codes import CloseCode
-from monotape.platform.wire.requests import SetPriority, Subscribe, Unsubscribe, encode_request
+from monotape.platform.wire.requests import (
+    Rate,
+    Refresh,
+    Report,
+    SetPriority,
+    Subscribe,
+    Unsubscribe,
+    encode_request,
+)
 
 S = 1_000_000_000
 IDS = {f"XNAS:S{i}": i for i in range(1, 11)}
@@ -28,6 +40,12 @@ def _session(
     max_bad: int = 50,
     max_rate: int = 200,
     expires_at_s: float | None = None,
+    subject: str | None = None,
+    admin: bool = False,
+    glass: GlassLedger | None = None,
+    conn_id: int = 7,
+    index: SubscriptionIndex | None = None,
+    seed: int = 1,
 ) -> tuple[Session, SubscriptionIndex, Counter[str]]:
     errors: Counter[str] = Counter()
     rules = SessionRules(
@@ -39,10 +57,21 @@ def _session(
         errors=errors,
         max_bad_requests=max_bad,
         max_rate_violations=max_rate,
+        glass=glass if glass is not None else GlassLedger(),
+        rng=random.Random(seed),
     )
-    index = SubscriptionIndex()
-    index.add_connection(7)
-    return Session(7, rules, index, opened_ns=0, expires_at_s=expires_at_s), index, errors
+    index = index if index is not None else SubscriptionIndex()
+    index.add_connection(conn_id)
+    session = Session(
+        conn_id,
+        rules,
+        index,
+        opened_ns=0,
+        expires_at_s=expires_at_s,
+        subject=subject,
+        admin=admin,
+    )
+    return session, index, errors
 
 
 def _sub(req: int, *keys: str) -> bytes:
@@ -147,7 +176,8 @@ def test_token_expiry_is_decided_on_the_wall_time_given() -> None:
     assert session.expire(999.9) is None  # a timer that fired early: not yet
     close = session.expire(1_000.0)
     assert close is not None and close.reason is Disconnect.AUTH_EXPIRED
-    assert close.code == CloseCode.POLICY_VIOLATION and close.reconnect_after_ms == 1000
+    assert close.code == CloseCode.POLICY_VIOLATION
+    assert 500 <= close.reconnect_after_ms <= 5000  # jittered (issue 15), never a fixed 1000
     assert session.expires_in_s(2_000.0) == 0.0
     tokenless, _, _ = _session()
     assert tokenless.expires_in_s(0.0) is None and tokenless.expire(1e12) is None
@@ -192,3 +222,203 @@ def test_any_message_sequence_keeps_the_limits_and_a_well_formed_answer(
         if got.close is not None:
             assert got.close.reason is Disconnect.PROTOCOL_ERROR
             break
+
+
+# -- expiry: a jittered hint -------------------------------------------------------------------
+
+
+def test_expired_sessions_get_jittered_hints_in_half_a_second_to_five() -> None:
+    """Tokens minted together expire together: their terminals must not come back together."""
+    hints = []
+    for seed in range(40):
+        session, _, _ = _session(expires_at_s=1_000.0, seed=seed)
+        close = session.expire(1_000.0)
+        assert close is not None and close.reason is Disconnect.AUTH_EXPIRED
+        hints.append(close.reconnect_after_ms)
+    assert all(500 <= h <= 5000 for h in hints)
+    assert len(set(hints)) > 30, "hints bunch together"
+    assert max(hints) - min(hints) > 3000, "hints do not spread over the window"
+
+
+# -- refresh -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Grant:
+    sub: str
+    exp: int
+    admin: bool = False
+
+
+def _refresh(req: int, token: str = "a.b.c") -> bytes:
+    return encode_request(Refresh(req=req, token=token))
+
+
+def _error(got: Received) -> codec.Error:
+    msg = codec.decode_message(got.answer or b"")
+    assert isinstance(msg, codec.Error), msg
+    return msg
+
+
+def test_refresh_hands_the_token_to_the_driver_then_moves_the_expiry() -> None:
+    session, _, errors = _session(expires_at_s=1_000.0, subject="desk-7")
+    got = session.receive(_refresh(3, "x.y.z"), 0)
+    assert got.refresh == Refresh(req=3, token="x.y.z")  # to verify off the loop
+    assert got.answer is None and got.ack is None and got.close is None
+    taken = session.refreshed(3, _Grant("desk-7", 1_900), 990.0, 0)
+    assert taken.answer is None
+    assert codec.decode_message(taken.ack or b"") == codec.Ack(req=3, subscribed=0, priority=0)
+    assert session.expires_at_s == 1_900.0
+    assert session.expire(1_000.0) is None  # the old expiry no longer closes it
+    assert session.expires_in_s(1_000.0) == 900.0
+    assert not errors
+
+
+def test_refresh_is_rejected_for_another_subject_wider_claims_or_an_old_exp() -> None:
+    cases = [
+        (_Grant("desk-8", 1_900), "another subject"),
+        (_Grant("desk-7", 1_900, admin=True), "wider claims"),
+        (_Grant("desk-7", 990), "expired"),
+        ("bad signature", "bad signature"),  # the verifier's own refusal
+    ]
+    for grant, reason in cases:
+        session, _, errors = _session(expires_at_s=1_000.0, subject="desk-7")
+        got = session.refreshed(4, grant, 995.0, 0)
+        error = _error(got)
+        assert error.code == ErrorCode.TOKEN_REJECTED and error.req == 4
+        assert reason in error.message
+        assert got.close is None  # the connection stays open on its current token
+        assert session.expires_at_s == 1_000.0
+        assert errors == {"TOKEN_REJECTED": 1}
+
+
+def test_an_admin_session_may_refresh_with_an_admin_or_a_narrower_token() -> None:
+    for admin in (True, False):
+        session, _, _ = _session(expires_at_s=1_000.0, subject="ops", admin=True)
+        got = session.refreshed(1, _Grant("ops", 2_000, admin=admin), 10.0, 0)
+        assert got.ack is not None and session.expires_at_s == 2_000.0
+
+
+def test_refresh_on_a_session_without_a_token_is_rejected_without_verifying() -> None:
+    session, _, _ = _session()
+    got = session.receive(_refresh(5), 0)
+    assert got.refresh is None  # nothing for the verifier's pool to do
+    assert _error(got).code == ErrorCode.TOKEN_REJECTED
+
+
+# -- report: the glass audit -------------------------------------------------------------------
+
+
+def _report(
+    req: int, regressions: int, gaps: int = 0, last: tuple[str, int, int, int, int] | None = None
+) -> bytes:
+    return encode_request(Report(req=req, regressions=regressions, gaps=gaps, last=last))
+
+
+def test_reports_add_the_increase_of_cumulative_counts() -> None:
+    glass = GlassLedger()
+    session, _, _ = _session(glass=glass, subject="desk-7")
+    assert session.receive(_report(1, 0, 2), 0).ack is not None
+    assert (glass.regressions, glass.gaps, glass.terminals) == (0, 2, 0)
+    last = ("XNAS:S1", 7, 1001, 7, 998)
+    got = session.receive(_report(2, 3, 2, last), REPORT_INTERVAL_NS, wall_s=1234.5)
+    assert codec.decode_message(got.ack or b"") == codec.Ack(req=2, subscribed=0, priority=0)
+    assert (glass.regressions, glass.gaps, glass.terminals) == (3, 2, 1)
+    assert glass.last is not None
+    assert glass.last.as_dict() == {
+        "conn_id": 7,
+        "subject": "desk-7",
+        "key": "XNAS:S1",
+        "held": [7, 1001],
+        "got": [7, 998],
+        "regressions": 3,
+        "wall_s": 1234.5,
+    }
+    session.receive(_report(3, 5, 4), 2 * REPORT_INTERVAL_NS)
+    # one terminal is one terminal, however many reports it sends
+    assert (glass.regressions, glass.gaps, glass.terminals) == (5, 4, 1)
+
+
+def test_a_report_sooner_than_five_seconds_is_rate_limited_and_not_counted() -> None:
+    glass = GlassLedger()
+    session, _, errors = _session(glass=glass)
+    session.receive(_report(1, 1), 0)
+    got = session.receive(_report(2, 9), REPORT_INTERVAL_NS - 1)
+    error = _error(got)
+    assert error.code == ErrorCode.RATE_LIMITED and error.req == 2
+    assert got.ack is None and got.close is None
+    assert glass.regressions == 1 and errors == {"RATE_LIMITED": 1}
+    # five seconds after the last *accepted* one it counts again, from the last accepted counts
+    session.receive(_report(3, 9), REPORT_INTERVAL_NS)
+    assert glass.regressions == 9
+
+
+def test_a_hostile_terminal_is_capped_and_counts_as_one_terminal() -> None:
+    glass = GlassLedger()
+    session, _, _ = _session(glass=glass)
+    session.receive(_report(1, 2**64 - 1, 2**64 - 1), 0)
+    assert (glass.regressions, glass.gaps, glass.terminals) == (REPORT_CAP, REPORT_CAP, 1)
+    session.receive(_report(2, 2**64 - 1, 2**64 - 1), REPORT_INTERVAL_NS)
+    assert (glass.regressions, glass.gaps, glass.terminals) == (REPORT_CAP, REPORT_CAP, 1)
+    # a second connection is a second terminal, with a cap of its own
+    other, _, _ = _session(glass=glass, conn_id=8)
+    other.receive(_report(1, 1), 0)
+    assert (glass.regressions, glass.terminals) == (REPORT_CAP + 1, 2)
+
+
+def test_a_report_going_backwards_is_ignored() -> None:
+    glass = GlassLedger()
+    session, _, _ = _session(glass=glass)
+    session.receive(_report(1, 5, 5), 0)
+    got = session.receive(_report(2, 4, 9), REPORT_INTERVAL_NS)
+    assert got.ack is not None and got.answer is None
+    assert (glass.regressions, glass.gaps) == (5, 5)
+    session.receive(_report(3, 6, 6), 2 * REPORT_INTERVAL_NS)  # measured from 5 and 5
+    assert (glass.regressions, glass.gaps) == (6, 6)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 300), st.integers(0, 300)), min_size=1, max_size=12))
+def test_reports_never_count_more_than_the_cap_or_the_highest_claim(
+    counts: list[tuple[int, int]],
+) -> None:
+    glass = GlassLedger()
+    session, _, _ = _session(glass=glass)
+    for i, (r, g) in enumerate(counts):
+        session.receive(_report(i, r, g), i * REPORT_INTERVAL_NS)
+    assert glass.regressions <= min(REPORT_CAP, max(r for r, _ in counts))
+    assert glass.gaps <= min(REPORT_CAP, max(g for _, g in counts))
+    # one terminal, counted once, when an accepted (not backwards) report first had regressions
+    assert glass.terminals == (1 if glass.regressions else 0)
+
+
+# -- rate (max_hz) -----------------------------------------------------------------------------
+
+
+def test_rate_moves_the_terminal_to_its_rate_group_and_back_with_a_snapshot() -> None:
+    session, index, _ = _session()
+    session.receive(_sub(1, "XNAS:S1", "XNAS:S2"), 0)
+    got = session.receive(encode_request(Rate(req=2, max_hz=5)), 0)
+    assert got.hydrate == () and got.ack is not None
+    assert index.rate(7) == 5 and index.rates() == {5}
+    sig = index.signature(7)
+    assert sig is not None and index.paced_connections(sig) == set()
+    assert index.rated_groups(5) == [(sig, {7})]
+    # back to 25 Hz: the deltas that follow name bases it skipped, so a snapshot comes first
+    back = session.receive(encode_request(Rate(req=3, max_hz=25)), 0)
+    assert back.hydrate == (1, 2) and back.ack is not None
+    assert index.rate(7) == 1 and index.rates() == frozenset()
+    assert index.paced_connections(sig) == {7}
+    # 25 Hz again: nothing skipped, nothing to hydrate
+    assert session.receive(encode_request(Rate(req=4, max_hz=25)), 0).hydrate == ()
+
+
+def test_a_rate_that_is_not_offered_is_an_invalid_request() -> None:
+    session, index, _ = _session()
+    got = session.receive(
+        b"\x83\xa4type\xa4rate\xa3req\x09\xa6max_hz\x04",
+        0,  # {"type":"rate","req":9,"max_hz":4}
+    )
+    error = _error(got)
+    assert error.code == ErrorCode.INVALID_REQUEST and error.req == 9
+    assert "max_hz" in error.message and index.rate(7) == 1

@@ -14,9 +14,8 @@ import json
 import math
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
@@ -51,7 +50,13 @@ from monotape.dashboards.queries import (
     promql,
     sample_names,
 )
-from monotape.dashboards.sampler import HISTORY_S, MAX_SERIES, SampleRing, collect_samples
+from monotape.dashboards.sampler import (
+    HISTORY_S,
+    MAX_SERIES,
+    SampleRing,
+    SeriesKey,
+    collect_samples,
+)
 from monotape.dashboards.view import MAX_POINTS, dashboard_data
 from monotape.dashboards.web import dashboard_handlers
 from monotape.histograms.gc import GcPause
@@ -144,7 +149,9 @@ def test_promql_expressions_cover_every_target_and_run_outside_grafana() -> None
 
 
 def test_gc_annotation_counts_gen2_and_long_pauses() -> None:
-    expr = gc_annotation_expr(dashboard("monotape-tick-to-glass").gc_overlay, "1m")  # type: ignore[arg-type]
+    overlay = dashboard("monotape-tick-to-glass").gc_overlay
+    assert overlay is not None
+    expr = gc_annotation_expr(overlay, "1m")
     assert 'generation="2"' in expr and 'le="0.005"' in expr and expr.endswith("> 0")
 
 
@@ -323,7 +330,7 @@ def test_vectorized_quantiles_agree_with_the_scalar_rule(
 
 
 def test_ratio_matches_labels_and_refuses_zero_denominators() -> None:
-    rows = [
+    rows: list[tuple[float, list[tuple[str, dict[str, str], float]]]] = [
         (
             float(t),
             [
@@ -404,18 +411,21 @@ def test_a_window_copies_only_the_series_it_is_asked_for() -> None:
 
 
 async def test_a_dashboard_request_copies_only_that_dashboards_series() -> None:
-    ring = SampleRing(sampled_names(), capacity=16)
+    copied: list[set[str]] = []
+
+    class SpyRing(SampleRing):
+        """Records which series each window copies."""
+
+        def window(
+            self, start_s: float, end_s: float, names: Collection[str] | None = None
+        ) -> tuple[np.ndarray, dict[SeriesKey, np.ndarray]]:
+            out = super().window(start_s, end_s, names)
+            copied.append({key[0] for key in out[1]})
+            return out
+
+    ring = SpyRing(sampled_names(), capacity=16)
     for t in range(4):
         ring.record(1_000.0 + t, [(n, {}, float(t)) for n in sorted(sampled_names())])
-    copied: list[set[str]] = []
-    window = ring.window
-
-    def spy(start: float, end: float, names: Any = None) -> Any:
-        out = window(start, end, names)
-        copied.append({key[0] for key in out[1]})
-        return out
-
-    ring.window = spy  # type: ignore[method-assign]
     clock = FakeClock()
     handlers = dashboard_handlers(ring, lambda: clock.wall_ns() // 1_000_000, lambda a, b: [])
     data = handlers["/admin/dashboards/{uid}"]

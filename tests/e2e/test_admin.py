@@ -7,6 +7,7 @@ import http.client
 import json
 import time
 import urllib.error
+from typing import Any
 
 import jwt
 import pytest
@@ -17,19 +18,21 @@ from monotape.histograms import STAGES
 from monotape.platform.auth import ensure_dev_keys, mint_token
 from monotape.platform.sdk.client import TerminalClient
 from monotape.platform.wire import codec
-from tests.conftest import RunningServer, mint
+from tests.conftest import RunningServer, ServerFactory, mint
 
 pytestmark = [pytest.mark.e2e]
 
 
-def status(server: RunningServer, path: str, token: str | None = None) -> tuple[int, dict]:  # type: ignore[type-arg]
+def status(
+    server: RunningServer, path: str, token: str | None = None
+) -> tuple[int, dict[str, Any]]:
     try:
         return 200, json.loads(server.http(path, token))
     except urllib.error.HTTPError as exc:
         return exc.code, json.loads(exc.read() or b"{}")
 
 
-async def test_admin_endpoints_need_an_admin_token(server_factory: type) -> None:
+async def test_admin_endpoints_need_an_admin_token(server_factory: ServerFactory) -> None:
     server = server_factory.start("--rate", "4000")
     admin = mint(server.data_dir, admin=True)
     trader = mint(server.data_dir)
@@ -78,7 +81,7 @@ async def test_admin_endpoints_need_an_admin_token(server_factory: type) -> None
 
 
 async def test_upgrade_refuses_bad_tokens_and_closes_at_expiry(
-    server_factory: type, tmp_path_factory: pytest.TempPathFactory
+    server_factory: ServerFactory, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     # A 2 KiB token limit, so an oversized token still fits the HTTP request line (8 KiB).
     server = server_factory.start("--rate", "2000", env={"MONOTAPE_AUTH__MAX_TOKEN_BYTES": "2048"})
@@ -95,7 +98,7 @@ async def test_upgrade_refuses_bad_tokens_and_closes_at_expiry(
         (mint_token(key, sub="x", ttl_s=600, aud="someone-else"), "wrong audience"),
         (mint_token(key, sub="x", ttl_s=600, iss="someone-else"), "wrong issuer"),
         (mint_token(wrong_key, sub="x", ttl_s=600), "bad signature"),
-        (jwt.encode(claims, None, algorithm="none"), "algorithm not allowed"),
+        (jwt.encode(claims, "", algorithm="none"), "algorithm not allowed"),  # "": no key
         ("x" * 4000, "token too large"),
     ):
         # Every refusal is an HTTP 401 with its reason, before any WebSocket exists.
@@ -120,11 +123,11 @@ async def test_upgrade_refuses_bad_tokens_and_closes_at_expiry(
     await client.close()
     metrics = server.metrics()
     assert metrics[(m.DISCONNECTS, (("reason", "auth_expired"),))] == 1
-    refused = {dict(k[1])["reason"] for k in metrics if k[0] == m.AUTH_REFUSED}
-    assert {"missing token", "malformed token", "expired"} <= refused
+    reasons = {dict(k[1])["reason"] for k in metrics if k[0] == m.AUTH_REFUSED}
+    assert {"missing token", "malformed token", "expired"} <= reasons
 
 
-async def test_the_admin_index_symbols_and_parameters(server_factory: type) -> None:
+async def test_the_admin_index_symbols_and_parameters(server_factory: ServerFactory) -> None:
     server = server_factory.start("--rate", "4000")
     admin = mint(server.data_dir, admin=True)
 
@@ -175,7 +178,7 @@ async def test_the_admin_index_symbols_and_parameters(server_factory: type) -> N
     assert code == 200 and body["price_scale"] == row["price_scale"]
 
 
-async def test_a_finished_drain_holds_until_resume(server_factory: type) -> None:
+async def test_a_finished_drain_holds_until_resume(server_factory: ServerFactory) -> None:
     # No load shedding: the only 503 this test may see is the drain's, even on a busy machine.
     server = server_factory.start("--rate", "2000")
     admin = mint(server.data_dir, admin=True)
@@ -212,7 +215,9 @@ async def test_a_finished_drain_holds_until_resume(server_factory: type) -> None
     assert server.post("/admin/resume", admin)["resumed"] is False  # nothing to resume
 
 
-def test_two_authorization_headers_on_the_admin_api_are_refused(server_factory: type) -> None:
+def test_two_authorization_headers_on_the_admin_api_are_refused(
+    server_factory: ServerFactory,
+) -> None:
     server = server_factory.start("--rate", "1000")
     admin = mint(server.data_dir, admin=True)
     conn = http.client.HTTPConnection("127.0.0.1", server.admin_port, timeout=10)

@@ -16,7 +16,7 @@ import pytest
 from monotape import metric_names as m
 from monotape.alerts import DEFAULT_RULES_PATH
 from monotape.testing.prometheus import require_tool, run_alertmanager, run_prometheus, until
-from tests.conftest import RunningServer, mint
+from tests.conftest import RunningServer, ServerFactory, mint
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -65,7 +65,7 @@ class Receiver:
 
 
 def test_injected_fault_reaches_the_pager_through_prometheus_and_alertmanager(
-    server_factory: type, tmp_path: Path
+    server_factory: ServerFactory, tmp_path: Path
 ) -> None:
     require_tool("prometheus", "prometheus")
     require_tool("prometheus-alertmanager", "prometheus-alertmanager")

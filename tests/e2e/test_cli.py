@@ -22,12 +22,13 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from monotape.platform.auth import ensure_dev_keys
 from monotape.platform.sdk.client import TerminalClient
-from tests.conftest import NO_LAG_SHEDDING, RunningServer, mint, start_server
+from tests.conftest import CLIENT_COMMANDS, NO_LAG_SHEDDING, RunningServer, mint, start_server
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -62,7 +63,7 @@ def last_line(err: str) -> str:
 
 def http(
     server: RunningServer, path: str, token: str | None = None, method: str = "GET"
-) -> tuple[int, dict]:  # type: ignore[type-arg]
+) -> tuple[int, dict[str, Any]]:
     request = urllib.request.Request(f"http://127.0.0.1:{server.admin_port}{path}", method=method)
     if token:
         request.add_header("Authorization", f"Bearer {token}")
@@ -164,19 +165,7 @@ def test_every_client_takes_the_token_the_same_way_and_never_prints_it(
         assert JWT not in text, text[-3000:]
 
 
-TINY_TRACE = Path(__file__).parents[1] / "traces" / "open_storm_small.json"
-
-
-@pytest.mark.parametrize(
-    "command",
-    [
-        ("tape", "XNAS:AAPL"),
-        ("load", "churn", "--duration-s", "1"),
-        ("load", "storm", "--terminals", "4", "--duration", "3", "--open-at", "1"),
-        ("load", "replay", str(TINY_TRACE)),
-    ],
-    ids=["tape", "churn", "storm", "replay"],
-)
+@CLIENT_COMMANDS
 def test_a_key_from_another_data_dir_is_refused_with_the_reason(
     command: tuple[str, ...], node: RunningServer, elsewhere: Path
 ) -> None:

@@ -16,7 +16,7 @@ from monotape import metric_names as m
 from monotape.platform.sdk.client import Quote, ServerError, TerminalClient
 from monotape.platform.wire import codec
 from monotape.platform.wire.requests import Subscribe, encode_request
-from tests.conftest import mint
+from tests.conftest import ServerFactory, mint
 
 pytestmark = [pytest.mark.e2e]
 
@@ -42,7 +42,7 @@ class FrameClock:
 
 @pytest.mark.slow
 async def test_slow_consumer_is_bounded_gets_a_snapshot_and_others_keep_their_rate(
-    server_factory: type,
+    server_factory: ServerFactory,
 ) -> None:
     # Small transport and kernel buffers so a stalled reader overflows its ring within seconds.
     server = server_factory.start(
@@ -97,7 +97,9 @@ async def test_slow_consumer_is_bounded_gets_a_snapshot_and_others_keep_their_ra
     await normal.close()
 
 
-async def test_priority_updates_arrive_between_frame_boundaries(server_factory: type) -> None:
+async def test_priority_updates_arrive_between_frame_boundaries(
+    server_factory: ServerFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # 1 s histogram intervals, so the priority stage can be read back within the test.
     server = server_factory.start("--rate", "20000", env={"MONOTAPE_SERVER__HDR_INTERVAL_S": "1"})
     keys = await _keys(server.url)
@@ -120,7 +122,7 @@ async def test_priority_updates_arrive_between_frame_boundaries(server_factory: 
             events.append((time.monotonic(), "P", {r.iid: (r.epoch, r.seq)}))
         original(msg)
 
-    client._on_message = spy  # type: ignore[method-assign]
+    monkeypatch.setattr(client, "_on_message", spy)  # every message passes the spy first
     await client.subscribe(keys[:40])
     await client.set_priority(keys[:8])
     await asyncio.sleep(4.0)
@@ -161,7 +163,7 @@ async def test_priority_updates_arrive_between_frame_boundaries(server_factory: 
     assert 0 < body["p99_us"] < 1_000_000, body
 
 
-async def test_bad_input_gets_clear_errors_and_hurts_no_one(server_factory: type) -> None:
+async def test_bad_input_gets_clear_errors_and_hurts_no_one(server_factory: ServerFactory) -> None:
     server = server_factory.start("--rate", "4000")
     keys = await _keys(server.url)
     bystander = TerminalClient(server.url)
@@ -171,19 +173,19 @@ async def test_bad_input_gets_clear_errors_and_hurts_no_one(server_factory: type
 
     async def raw() -> websockets.ClientConnection:
         ws = await websockets.connect(server.url, compression=None, max_size=2**23)
-        hello = codec.decode_message(await ws.recv())  # type: ignore[arg-type]
+        hello = codec.decode_message(await ws.recv(decode=False))
         assert isinstance(hello, codec.Hello)
         return ws
 
     async def next_error(ws: websockets.ClientConnection) -> codec.Error:
         while True:
-            msg = codec.decode_message(await asyncio.wait_for(ws.recv(), 5))  # type: ignore[arg-type]
+            msg = codec.decode_message(await asyncio.wait_for(ws.recv(decode=False), 5))
             if isinstance(msg, codec.Error):
                 return msg
 
     async def next_ack(ws: websockets.ClientConnection) -> codec.Ack:
         while True:
-            msg = codec.decode_message(await asyncio.wait_for(ws.recv(), 5))  # type: ignore[arg-type]
+            msg = codec.decode_message(await asyncio.wait_for(ws.recv(decode=False), 5))
             if isinstance(msg, codec.Ack):
                 return msg
 
@@ -199,7 +201,7 @@ async def test_bad_input_gets_clear_errors_and_hurts_no_one(server_factory: type
 
     async def next_refused(ws: websockets.ClientConnection) -> codec.Refused:
         while True:
-            msg = codec.decode_message(await asyncio.wait_for(ws.recv(), 5))  # type: ignore[arg-type]
+            msg = codec.decode_message(await asyncio.wait_for(ws.recv(decode=False), 5))
             if isinstance(msg, codec.Refused):
                 return msg
 
@@ -250,10 +252,10 @@ async def test_bad_input_gets_clear_errors_and_hurts_no_one(server_factory: type
     async def read_until_closed() -> websockets.ConnectionClosed:
         while True:
             try:
-                raw_msg = await asyncio.wait_for(ws.recv(), 10)
+                raw_msg = await asyncio.wait_for(ws.recv(decode=False), 10)
             except websockets.ConnectionClosed as exc:
                 return exc
-            msg = codec.decode_message(raw_msg)  # type: ignore[arg-type]
+            msg = codec.decode_message(raw_msg)
             if isinstance(msg, codec.Error):
                 codes.add(msg.code)
 
@@ -267,10 +269,10 @@ async def test_bad_input_gets_clear_errors_and_hurts_no_one(server_factory: type
             break
         if i % 50 == 0:
             await asyncio.sleep(0)
-    closed = await asyncio.wait_for(reader, 15)
-    assert codec.ErrorCode.RATE_LIMITED in codes, (codes, closed)
-    assert closed.rcvd is not None and closed.rcvd.code == 1008
-    assert "flood" in closed.rcvd.reason
+    flooded = await asyncio.wait_for(reader, 15)
+    assert codec.ErrorCode.RATE_LIMITED in codes, (codes, flooded)
+    assert flooded.rcvd is not None and flooded.rcvd.code == 1008
+    assert "flood" in flooded.rcvd.reason
 
     # The SDK surfaces a refusal as a typed error.
     with pytest.raises(ServerError, match="UNKNOWN_SYMBOL"):

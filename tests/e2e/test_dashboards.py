@@ -14,7 +14,7 @@ import pytest
 from monotape import metric_names as m
 from monotape.dashboards.panels import DASHBOARDS
 from monotape.dashboards.web import STATIC_DIR
-from tests.conftest import RunningServer, mint
+from tests.conftest import RunningServer, ServerFactory, mint
 
 pytestmark = [pytest.mark.e2e]
 
@@ -32,7 +32,7 @@ def raw(server: RunningServer, path: str) -> tuple[bytes, str]:
         return r.read(), r.headers.get("Content-Type", "")
 
 
-def test_routes_auth_and_live_data(server_factory: type) -> None:
+def test_routes_auth_and_live_data(server_factory: ServerFactory) -> None:
     server: RunningServer = server_factory.start("--rate", "3000")
     admin = mint(server.data_dir, admin=True)
     terminal = mint(server.data_dir)

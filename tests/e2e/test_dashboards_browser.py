@@ -19,7 +19,7 @@ import pytest
 
 from monotape.dashboards.panels import DASHBOARDS
 from monotape.platform.sdk.client import TerminalClient
-from tests.conftest import RunningServer, mint
+from tests.conftest import RunningServer, ServerFactory, mint
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -63,7 +63,7 @@ def playwright_api() -> Any:
 
 
 async def test_every_panel_of_every_dashboard_shows_data(
-    server_factory: type, tmp_path: Path, playwright_api: Any
+    server_factory: ServerFactory, tmp_path: Path, playwright_api: Any
 ) -> None:
     config = tmp_path / "monotape.toml"
     # every connection in the glass cohort, pinged every second: the glass panel has values

@@ -15,6 +15,7 @@ from monotape import metric_names as m
 from monotape.histograms import STAGES
 from monotape.platform.feeds.replay import expected_outcome, load_replay
 from monotape.platform.sdk.client import TerminalClient
+from tests.conftest import ServerFactory
 
 pytestmark = [pytest.mark.e2e]
 
@@ -32,7 +33,7 @@ def report(data_dir: Path, stage: str) -> dict[str, int]:
     return result
 
 
-async def test_every_tick_is_measured_at_every_stage(server_factory: type) -> None:
+async def test_every_tick_is_measured_at_every_stage(server_factory: ServerFactory) -> None:
     _, lines = load_replay(REPLAY)
     applied = sum(a for a, _, _ in expected_outcome(lines).values())
     server = server_factory.start(

@@ -16,7 +16,7 @@ from monotape.platform.sdk.client import KeysRefused, TerminalClient
 from monotape.platform.wire import codec
 from monotape.platform.wire.codec import ErrorCode
 from monotape.platform.wire.requests import MAX_REQUEST_BYTES, Subscribe, encode_request
-from tests.conftest import RunningServer
+from tests.conftest import RunningServer, ServerFactory
 
 pytestmark = [pytest.mark.e2e]
 
@@ -26,7 +26,7 @@ UNKNOWN = "XNAS:NOPE"  # well formed, not in the dictionary
 
 async def raw(server: RunningServer) -> tuple[websockets.ClientConnection, codec.Hello]:
     ws = await websockets.connect(server.url, compression=None, max_size=2**23)
-    hello = codec.decode_message(await ws.recv())  # type: ignore[arg-type]
+    hello = codec.decode_message(await ws.recv(decode=False))
     assert isinstance(hello, codec.Hello)
     return ws, hello
 
@@ -36,7 +36,7 @@ async def until_ack(ws: websockets.ClientConnection, req: int) -> list[codec.Ser
     seen: list[codec.ServerMessage] = []
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline:
-        msg = codec.decode_message(await asyncio.wait_for(ws.recv(), 15))  # type: ignore[arg-type]
+        msg = codec.decode_message(await asyncio.wait_for(ws.recv(decode=False), 15))
         if isinstance(msg, codec.Frame | codec.Heartbeat):
             continue
         seen.append(msg)
@@ -58,7 +58,7 @@ async def published_key(server: RunningServer) -> str:
     return next(iter(probe.view))
 
 
-async def test_a_bad_key_costs_no_good_key(server_factory: type) -> None:
+async def test_a_bad_key_costs_no_good_key(server_factory: ServerFactory) -> None:
     server = server_factory.start("--rate", "4000")
     good = await published_key(server)
 
@@ -82,7 +82,7 @@ async def test_a_bad_key_costs_no_good_key(server_factory: type) -> None:
     # ... and its frames keep coming.
     deadline = time.monotonic() + 20
     while True:
-        msg = codec.decode_message(await asyncio.wait_for(ws.recv(), 20))  # type: ignore[arg-type]
+        msg = codec.decode_message(await asyncio.wait_for(ws.recv(decode=False), 20))
         if isinstance(msg, codec.Frame) and any(r.iid == iid for r in msg.records):
             break
         assert time.monotonic() < deadline, "no frame for the good key"
@@ -119,7 +119,7 @@ async def test_a_bad_key_costs_no_good_key(server_factory: type) -> None:
 
 
 async def test_one_key_256_times_is_one_record_and_request_limits_answer(
-    server_factory: type,
+    server_factory: ServerFactory,
 ) -> None:
     server = server_factory.start("--rate", "4000")
     good = await published_key(server)
@@ -165,7 +165,7 @@ async def test_one_key_256_times_is_one_record_and_request_limits_answer(
     await ws.close()
 
 
-def test_tape_names_refused_keys_and_shows_the_others(server_factory: type) -> None:
+def test_tape_names_refused_keys_and_shows_the_others(server_factory: ServerFactory) -> None:
     server = server_factory.start("--rate", "4000")
     good = asyncio.run(published_key(server))
     done = subprocess.run(

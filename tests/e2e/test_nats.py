@@ -11,11 +11,12 @@ import pytest
 
 from monotape import metric_names as m
 from monotape.platform.sdk.client import Quote, TerminalClient
+from tests.conftest import ServerFactory
 
 pytestmark = [pytest.mark.e2e]
 
 
-async def test_the_tape_through_nats(server_factory: type, nats_url: str) -> None:
+async def test_the_tape_through_nats(server_factory: ServerFactory, nats_url: str) -> None:
     server = server_factory.start("--rate", "4000", "--nats", nats_url, "--restart-every", "3")
     seen: dict[str, list[tuple[int, int]]] = defaultdict(list)
 

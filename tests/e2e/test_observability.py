@@ -20,7 +20,7 @@ import pytest
 from monotape import metric_names as m
 from monotape.histograms import STAGES
 from monotape.platform.sdk.client import TerminalClient
-from tests.conftest import RunningServer, mint
+from tests.conftest import RunningServer, ServerFactory, mint
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -48,7 +48,7 @@ def report_count(data_dir: Path, stage: str) -> int:
     return count
 
 
-async def test_observability_end_to_end(server_factory: type) -> None:
+async def test_observability_end_to_end(server_factory: ServerFactory) -> None:
     server = server_factory.start("--rate", "5000")
     admin = mint(server.data_dir, admin=True)
     client = TerminalClient(server.url)

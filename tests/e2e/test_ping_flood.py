@@ -24,7 +24,7 @@ import pytest
 from monotape import metric_names as m
 from monotape.platform.node.node import Node
 from monotape.platform.sdk.client import TerminalClient
-from tests.conftest import node_config, server_frames, until
+from tests.conftest import ServerFactory, node_config, server_frames, until
 
 pytestmark = [pytest.mark.e2e]
 
@@ -207,7 +207,7 @@ def _frames_of(clients: list[TerminalClient]) -> list[int]:
 
 @pytest.mark.slow
 async def test_a_ping_flood_is_cut_off_and_bystanders_keep_their_frames_and_rss_stays_flat(
-    server_factory: type,
+    server_factory: ServerFactory,
 ) -> None:
     # Load shedding on event-loop lag is a designed refusal, not the subject: off, so the
     # bystanders' connects do not depend on how busy this machine is.

@@ -10,6 +10,7 @@ frames to a terminal subscribed to the very symbol the poison names.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 import msgspec
@@ -18,7 +19,7 @@ import pytest
 
 from monotape import metric_names as m
 from monotape.platform.sdk.client import TerminalClient
-from tests.conftest import RunningServer, until
+from tests.conftest import RunningServer, ServerFactory, until
 
 pytestmark = [pytest.mark.e2e]
 
@@ -103,7 +104,7 @@ def _rejected(server: RunningServer, venue: str) -> dict[str, float]:
 
 
 async def test_a_poison_replay_tick_is_refused_and_frames_keep_coming(
-    server_factory: type, tmp_path: Path
+    server_factory: ServerFactory, tmp_path: Path
 ) -> None:
     replay = _poison_replay(tmp_path / "poison.ndjson")
     server = server_factory.start(
@@ -139,12 +140,12 @@ async def test_a_poison_replay_tick_is_refused_and_frames_keep_coming(
     await client.close()
 
 
-def _batch(*ticks: list[object]) -> bytes:
+def _batch(*ticks: Sequence[object]) -> bytes:
     return msgspec.msgpack.encode(list(ticks))
 
 
 async def test_a_poison_batch_on_the_nats_bus_is_refused(
-    server_factory: type, nats_url: str
+    server_factory: ServerFactory, nats_url: str
 ) -> None:
     server = server_factory.start("--rate", "8000", "--nats", nats_url)
     client = TerminalClient(server.url)

@@ -11,18 +11,19 @@ import signal
 import socket
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from monotape.platform.sdk.client import Quote, TerminalClient
-from tests.conftest import RunningServer, mint, start_server
+from tests.conftest import RunningServer, ServerFactory, mint, start_server, until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
-def drain_status(server: RunningServer, admin: str) -> dict:  # type: ignore[type-arg]
-    body: dict = json.loads(server.http("/admin/connections?limit=0", admin))  # type: ignore[type-arg]
-    return body["drain"]  # type: ignore[no-any-return]
+def drain_status(server: RunningServer, admin: str) -> dict[str, Any]:
+    body: dict[str, dict[str, Any]] = json.loads(server.http("/admin/connections?limit=0", admin))
+    return body["drain"]
 
 
 class Glass:
@@ -66,15 +67,9 @@ class Glass:
         return None
 
 
-async def until(predicate, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not reached in {timeout} s")
-        await asyncio.sleep(0.05)
-
-
-async def test_drain_staggers_terminals_that_back_off_politely(server_factory: type) -> None:
+async def test_drain_staggers_terminals_that_back_off_politely(
+    server_factory: ServerFactory,
+) -> None:
     n = 40
     server = server_factory.start("--rate", "4000")
     admin = mint(server.data_dir, admin=True)
@@ -96,7 +91,7 @@ async def test_drain_staggers_terminals_that_back_off_politely(server_factory: t
         keys = [i.key for i in hellos[0].instruments]
         for i, c in enumerate(clients):
             await c.subscribe(keys[(i * 7) % 400 : (i * 7) % 400 + 20])
-        await until(lambda: all(c.view for c in clients), 20, "every terminal rendering")
+        await until(lambda: all(c.view for c in clients), "every terminal rendering", 20)
 
         started = server.post("/admin/drain", admin)
         assert started["total"] == n
@@ -124,7 +119,7 @@ async def test_drain_staggers_terminals_that_back_off_politely(server_factory: t
         # Every terminal keeps retrying (the server refuses upgrades once drained): wait for
         # two refusals each so the backoff has grown.
         await until(
-            lambda: all(c.stats.refused_503 >= 2 for c in clients), 40, "two 503s per terminal"
+            lambda: all(c.stats.refused_503 >= 2 for c in clients), "two 503s per terminal", 40
         )
         closes = [g.closed_at() for g in glasses]
         assert all(t is not None for t in closes)
@@ -207,7 +202,7 @@ async def test_terminals_reconnect_across_a_restart_and_never_go_backwards(
             mine = keys[i * 20 : i * 20 + 20]
             await c.subscribe(mine)
             await c.set_priority(mine[:2])
-        await until(lambda: all(len(c.view) >= 10 for c in clients), 20, "terminals rendering")
+        await until(lambda: all(len(c.view) >= 10 for c in clients), "terminals rendering", 20)
         before_epoch = max(q.epoch for g in glasses for q in g.quotes)
         rendered_before = [len(g.quotes) for g in glasses]
 
@@ -224,8 +219,8 @@ async def test_terminals_reconnect_across_a_restart_and_never_go_backwards(
         assert second.ws_port == port
         await until(
             lambda: all(c.connected and c.stats.reconnects >= 1 for c in clients),
-            30,
             "every terminal reconnected",
+            30,
         )
         back_s = time.monotonic() - t_up
         admin = mint(data_dir, admin=True)
@@ -239,8 +234,8 @@ async def test_terminals_reconnect_across_a_restart_and_never_go_backwards(
                 any(q.epoch > before_epoch for q in g.quotes[rendered_before[i] :])
                 for i, g in enumerate(glasses)
             ),
-            20,
             "every terminal rendering the new server's epoch",
+            20,
         )
         for c, g in zip(clients, glasses, strict=True):
             assert c.stats.regressions == 0

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -19,13 +20,14 @@ from monotape import metric_names as m
 from monotape.platform.core.admit import APPLIED, VersionGuard
 from monotape.platform.feeds.replay import expected_outcome, load_replay
 from monotape.platform.sdk.client import Quote, TerminalClient
+from tests.conftest import ServerFactory
 
 pytestmark = [pytest.mark.e2e]
 
 REPLAY = Path(__file__).parents[1] / "replays" / "adversarial.ndjson"
 
 
-async def test_adversarial_replay_never_shows_a_regression(server_factory: type) -> None:
+async def test_adversarial_replay_never_shows_a_regression(server_factory: ServerFactory) -> None:
     universe, lines = load_replay(REPLAY)
     keys = [i.key for i in universe]
     key_of = {i.iid: i.key for i in universe}
@@ -39,7 +41,7 @@ async def test_adversarial_replay_never_shows_a_regression(server_factory: type)
     server = server_factory.start("--replay", str(REPLAY), "--replay-start-delay", "3")
     seen: list[dict[str, list[tuple[int, int]]]] = [defaultdict(list) for _ in range(3)]
 
-    def recorder(i: int):  # type: ignore[no-untyped-def]
+    def recorder(i: int) -> Callable[[Quote], None]:
         def record(q: Quote) -> None:
             seen[i][q.key].append(q.version)
 

@@ -10,7 +10,6 @@ not a coin toss on the machine's speed. At the 600/s + 800 burst of the issue th
 from __future__ import annotations
 
 import sys
-from typing import Protocol
 
 import pytest
 
@@ -23,12 +22,7 @@ from monotape.loadgen import (
     run_load,
     storm_trace,
 )
-from tests.conftest import RunningServer
-
-
-class Factory(Protocol):  # conftest's server_factory
-    def start(self, *args: str, env: dict[str, str] | None = None) -> RunningServer: ...
-
+from tests.conftest import ServerFactory
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -60,7 +54,7 @@ def _show(report: LoadReport) -> None:
     sys.stderr.write("\n" + report.format_table() + "\n")
 
 
-def test_open_storm_is_absorbed(server_factory: Factory) -> None:
+def test_open_storm_is_absorbed(server_factory: ServerFactory) -> None:
     server = server_factory.start("--rate", "2000", env=DEFENDED)
     trace = storm_trace(
         terminals=2_000,  # all inside one second
@@ -106,7 +100,7 @@ def test_open_storm_is_absorbed(server_factory: Factory) -> None:
     assert rejected >= report.rejected_503
 
 
-def test_correlated_vs_poisson_same_mean(server_factory: Factory) -> None:
+def test_correlated_vs_poisson_same_mean(server_factory: ServerFactory) -> None:
     server = server_factory.start("--rate", "2000", env=NARROW)
     storm = storm_trace(
         terminals=1_500,

@@ -17,6 +17,7 @@ import pytest
 
 from monotape import metric_names as m
 from monotape.platform.sdk.client import Quote, TerminalClient
+from tests.conftest import ServerFactory
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -37,7 +38,9 @@ class Recorder:
         self.sources[q.key].add(q.source)
 
 
-async def test_two_hundred_terminals_never_see_a_price_move_backwards(server_factory: type) -> None:
+async def test_two_hundred_terminals_never_see_a_price_move_backwards(
+    server_factory: ServerFactory,
+) -> None:
     # (no load shedding in test nodes: conftest.NO_LAG_SHEDDING; this is about ordering)
     server = server_factory.start("--rate", "6000", "--restart-every", "4")
     probe = TerminalClient(server.url)

@@ -16,6 +16,7 @@ import socket
 import threading
 import time
 from collections import Counter
+from pathlib import Path
 
 import jwt
 import pytest
@@ -25,6 +26,7 @@ from monotape import metric_names as m
 from monotape.platform.auth import ensure_dev_keys
 from monotape.platform.sdk.client import TerminalClient
 from monotape.platform.wire.codec import Close, Hello, decode_message
+from tests.conftest import ServerFactory
 
 pytestmark = [pytest.mark.e2e]
 
@@ -68,7 +70,7 @@ class TokenlessFlood(threading.Thread):
 
 @pytest.mark.slow
 async def test_a_tokenless_flood_does_not_cost_a_terminal_its_connects(
-    server_factory: type,
+    server_factory: ServerFactory,
 ) -> None:
     # A small admission budget: 10 upgrades/s, burst 10. Before the fix the flood (hundreds of
     # upgrades/s) emptied it and the terminal's connects got 503. (Load shedding on event-loop
@@ -99,7 +101,7 @@ async def test_a_tokenless_flood_does_not_cost_a_terminal_its_connects(
         except (OSError, TimeoutError) as exc:
             outcomes[type(exc).__name__] += 1
         else:
-            hello = decode_message(await asyncio.wait_for(ws.recv(), 10))  # type: ignore[arg-type]
+            hello = decode_message(await asyncio.wait_for(ws.recv(decode=False), 10))
             outcomes["hello" if isinstance(hello, Hello) else "no hello"] += 1
             await ws.close()
         await asyncio.sleep(0.25)
@@ -122,8 +124,8 @@ async def test_a_tokenless_flood_does_not_cost_a_terminal_its_connects(
     assert server.metric_sum(m.ADMISSION_REJECTED) == 0
 
 
-def _signed(data_dir: object, **claims: object) -> str:
-    keys = ensure_dev_keys(data_dir)  # type: ignore[arg-type]
+def _signed(data_dir: Path, **claims: object) -> str:
+    keys = ensure_dev_keys(data_dir)
     now = time.time()
     payload = {"sub": "t", "aud": "monotape", "iss": "monotape-dev", "iat": int(now)}
     payload.update(claims)
@@ -131,7 +133,7 @@ def _signed(data_dir: object, **claims: object) -> str:
 
 
 async def test_dates_that_are_not_dates_and_two_authorization_headers_get_401(
-    server_factory: type,
+    server_factory: ServerFactory,
 ) -> None:
     """Before: exp NaN or Infinity was a 500, exp 1e300 a session that never expires, and of two
     Authorization headers the last one won."""
@@ -163,15 +165,15 @@ async def test_dates_that_are_not_dates_and_two_authorization_headers_get_401(
     raw = f"Authorization: Bearer {good}\r\nAuthorization: Bearer {good}\r\n"
     two = await asyncio.to_thread(_upgrade_status, server.ws_port, "127.0.0.1", raw)
     assert two == 401
-    refused = {
+    refusals = {
         labels: v for (name, labels), v in server.metrics().items() if name == m.AUTH_REFUSED
     }
-    assert refused.get((("reason", "duplicate Authorization"),)) == 1, refused
-    assert refused.get((("reason", "invalid exp"),)) == 3, refused
+    assert refusals.get((("reason", "duplicate Authorization"),)) == 1, refusals
+    assert refusals.get((("reason", "invalid exp"),)) == 3, refusals
 
 
 async def test_protocol_error_and_too_big_closes_carry_a_close_message_the_sdk_honours(
-    server_factory: type,
+    server_factory: ServerFactory,
 ) -> None:
     """1002 and 1009 closes come from websockets itself; they now carry the wire's CLOSE
     message (code, reconnect_after_ms, reason) before the close frame, and the hint in the
@@ -188,7 +190,7 @@ async def test_protocol_error_and_too_big_closes_carry_a_close_message_the_sdk_h
         got = []
         with pytest.raises(websockets.ConnectionClosed) as closed:
             while True:
-                got.append(decode_message(await asyncio.wait_for(ws.recv(), 5)))  # type: ignore[arg-type]
+                got.append(decode_message(await asyncio.wait_for(ws.recv(decode=False), 5)))
         close_msgs = [g for g in got if isinstance(g, Close)]
         assert close_msgs and close_msgs[-1].code == code, got
         assert close_msgs[-1].reconnect_after_ms == 5000

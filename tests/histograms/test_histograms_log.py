@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 import numpy as np
-from hdrh.log import HistogramLogReader  # type: ignore[import-untyped, unused-ignore]
+from hdrh.log import HistogramLogReader
 
 from monotape.histograms import hdr
 from monotape.histograms.log import (

@@ -34,7 +34,7 @@ def write_process(directory: Path, proc: str, host: str, values: list[np.ndarray
     writer.close()
 
 
-def one_histogram(values: np.ndarray) -> object:
+def one_histogram(values: np.ndarray) -> hdr.HdrHistogram:
     h = hdr.new_histogram()
     for v in values.tolist():
         h.record_value(min(max(v // 1000, 0), hdr.HIGHEST_US))
@@ -48,14 +48,14 @@ def expected(values: np.ndarray, *, start: int, end: int, intervals: int) -> Per
         window_start_ms=start,
         window_end_ms=end,
         intervals=intervals,
-        count=h.get_total_count(),  # type: ignore[attr-defined]
-        min_us=h.get_min_value() if len(values) else 0,  # type: ignore[attr-defined]
-        p50_us=h.get_value_at_percentile(50.0),  # type: ignore[attr-defined]
-        p90_us=h.get_value_at_percentile(90.0),  # type: ignore[attr-defined]
-        p99_us=h.get_value_at_percentile(99.0),  # type: ignore[attr-defined]
-        p999_us=h.get_value_at_percentile(99.9),  # type: ignore[attr-defined]
-        p9999_us=h.get_value_at_percentile(99.99),  # type: ignore[attr-defined]
-        max_us=h.get_max_value(),  # type: ignore[attr-defined]
+        count=h.get_total_count(),
+        min_us=h.get_min_value() if len(values) else 0,
+        p50_us=h.get_value_at_percentile(50.0),
+        p90_us=h.get_value_at_percentile(90.0),
+        p99_us=h.get_value_at_percentile(99.0),
+        p999_us=h.get_value_at_percentile(99.9),
+        p9999_us=h.get_value_at_percentile(99.99),
+        max_us=h.get_max_value(),
     )
 
 
@@ -145,8 +145,8 @@ def test_merge_of_decoded_intervals_is_exact(batches: list[list[int]]) -> None:
     ref = one_histogram(everything)
     assert np.array_equal(hdr.counts_view(merged), hdr.counts_view(ref))
     assert summarize(merged, stage="write") == summarize(ref, stage="write")
-    assert merged.get_min_value() == ref.get_min_value()  # type: ignore[attr-defined]
-    assert merged.get_max_value() == ref.get_max_value()  # type: ignore[attr-defined]
+    assert merged.get_min_value() == ref.get_min_value()
+    assert merged.get_max_value() == ref.get_max_value()
 
 
 def test_read_intervals_on_explicit_paths(tmp_path: Path) -> None:

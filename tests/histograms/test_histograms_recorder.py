@@ -37,7 +37,7 @@ values_ns = st.lists(
 )
 
 
-def per_value(values: list[int]) -> object:
+def per_value(values: list[int]) -> hdr.HdrHistogram:
     """The reference: hdrh's own record_value, one value at a time, with our clamping."""
     h = hdr.new_histogram()
     for v in values:
@@ -45,17 +45,17 @@ def per_value(values: list[int]) -> object:
     return h
 
 
-def assert_same(a: object, b: object) -> None:
+def assert_same(a: hdr.HdrHistogram, b: hdr.HdrHistogram) -> None:
     assert np.array_equal(hdr.counts_view(a), hdr.counts_view(b))
-    assert a.total_count == b.total_count  # type: ignore[attr-defined]
-    assert a.min_value == b.min_value  # type: ignore[attr-defined]
-    assert a.max_value == b.max_value  # type: ignore[attr-defined]
-    assert a.get_min_value() == b.get_min_value()  # type: ignore[attr-defined]
-    assert a.get_max_value() == b.get_max_value()  # type: ignore[attr-defined]
+    assert a.total_count == b.total_count
+    assert a.min_value == b.min_value
+    assert a.max_value == b.max_value
+    assert a.get_min_value() == b.get_min_value()
+    assert a.get_max_value() == b.get_max_value()
     for p in PCTS:
-        assert a.get_value_at_percentile(p) == b.get_value_at_percentile(p)  # type: ignore[attr-defined]
+        assert a.get_value_at_percentile(p) == b.get_value_at_percentile(p)
     # the numpy percentile walk equals hdrh's
-    assert hdr.percentile_values(a, PCTS) == [b.get_value_at_percentile(p) for p in PCTS]  # type: ignore[attr-defined]
+    assert hdr.percentile_values(a, PCTS) == [b.get_value_at_percentile(p) for p in PCTS]
 
 
 @settings(max_examples=60, deadline=None)

@@ -221,7 +221,8 @@ def test_trip_and_recovery_are_logged_once_each(log: io.StringIO) -> None:
     assert trip["level"] == "error"
     assert trip["invariant"] == "no_dangling_entries"
     assert (trip["expected"], trip["actual"]) == (0, 4)
-    assert "registry:1" in trip["offending"]  # type: ignore[operator]
+    offending = trip["offending"]
+    assert isinstance(offending, list) and "registry:1" in offending
     assert events[1]["invariant"] == "no_dangling_entries"
     assert [r.name for r in tripped] == ["no_dangling_entries"]
     assert monitor.trips["no_dangling_entries"] == 1

@@ -49,13 +49,14 @@ async function answer(ws, refused = {}, snap = []) {
   return r;
 }
 
-test("connects with a fresh token, binary as ArrayBuffer, and resolves with the hello", async () => {
+test("connects with a fresh token in the subprotocol list (never the URL), binary as ArrayBuffer, and resolves with the hello", async () => {
   let n = 0;
   const t = setup({ tokenProvider: async () => `tok${++n}` });
   const hello = await connected(t);
   assert.equal(hello.kind, "hello");
   assert.equal(t.sock().binaryType, "arraybuffer");
-  assert.equal(t.sock().url, "ws://127.0.0.1:8765/?desk=fx&token=tok1");
+  assert.equal(t.sock().url, "ws://127.0.0.1:8765/?desk=fx");
+  assert.deepEqual(t.sock().protocols, ["monotape.v2", "bearer.tok1"]);
   assert.equal(t.client.state, "connected");
   assert.deepEqual(t.states, ["connecting", "connected"]);
 });
@@ -105,6 +106,8 @@ test("a drain: reconnects no sooner than reconnect_after_ms and restores the wat
   await settle();
   assert.equal(t.client.state, "backoff");
   assert.equal(t.client.stats.closesWithHint, 1);
+  const logged = t.client.stats.closeLog.at(-1);
+  assert.deepEqual([logged.code, logged.hintMs, logged.delayMs, logged.why], [1001, 2500, 2500, "close"]);
   await t.timers.advance(2499);
   assert.equal(t.WS.sockets.length, 1, "not before the hint");
   await t.timers.advance(1);
@@ -134,6 +137,34 @@ test("refused in band before the hello (the browser's 503): the hint is honoured
   assert.equal(t.client.policy.history.at(-1).why, "refused");
 });
 
+test("no token: monotape.v2 alone is offered (so a refusal still comes in band); tokenIn query: ?token= and no subprotocol", async () => {
+  const t = setup();
+  await connected(t);
+  assert.deepEqual(t.sock().protocols, ["monotape.v2"]);
+  const q = setup({ tokenIn: "query", tokenProvider: () => "tok" });
+  await connected(q);
+  assert.equal(q.sock().url, "ws://127.0.0.1:8765/?desk=fx&token=tok");
+  assert.deepEqual(q.sock().protocols, []);
+});
+
+test("a refused token in band (1008 before the hello, hint 30 s): waits the hint, then asks the tokenProvider again", async () => {
+  let n = 0;
+  const t = setup({ tokenProvider: () => `tok${++n}` });
+  t.client.connect().catch(() => {});
+  await settle();
+  t.sock().deliver(enc.encodeClose(1008, 30_000, "unauthorized: token expired"));
+  t.sock().serverClose(1008, "unauthorized: token expired; reconnect_after_ms=30000");
+  await settle();
+  assert.equal(t.client.stats.refusedInBand, 1);
+  assert.equal(t.client.stats.unauthorized, 1);
+  assert.equal(t.client.policy.history.at(-1).why, "unauthorized");
+  assert.equal(t.timers.nextDelay(), 30_000);
+  await t.timers.advance(29_999);
+  assert.equal(t.WS.sockets.length, 1);
+  await t.timers.advance(1);
+  assert.deepEqual(t.sock().protocols, ["monotape.v2", "bearer.tok2"]);
+});
+
 test("refused in band as unauthorized (the browser's 401): waits at least half the cap", async () => {
   const t = setup({ backoffCapMs: 20_000, random: () => 0 });
   t.client.connect().catch(() => {});
@@ -156,7 +187,7 @@ test("a session closed at its token's expiry (1008 + hint) comes back after the 
   assert.equal(t.client.stats.unauthorized, 0);
   assert.equal(t.timers.nextDelay(), 1700);
   await t.timers.advance(1700);
-  assert.match(t.sock().url, /token=tok2$/);
+  assert.deepEqual(t.sock().protocols, ["monotape.v2", "bearer.tok2"]);
 });
 
 test("closed with no word (1006 before the hello): full jitter alone, growing while it repeats", async () => {

@@ -33,6 +33,8 @@ INDEXES = (
     "symbol_signatures",
     "conn_priority",
     "symbol_priority_conns",
+    "conn_rate",
+    "rate_groups",
 )
 INVARIANTS = ("no_dangling_entries", "subscription_cardinality")
 

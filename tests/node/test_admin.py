@@ -23,6 +23,7 @@ from monotape.histograms.gc import GcMonitor
 from monotape.invariants import InvariantMonitor, NoDanglingEntries, SubscriptionCardinality
 from monotape.platform.auth import TokenVerifier, build_verifier
 from monotape.platform.core.fanout import SubscriptionIndex
+from monotape.platform.core.glass import GlassLedger, GlassOffender
 from monotape.platform.core.outbox import Outbox
 from monotape.platform.feeds.simulator import build_universe
 from monotape.platform.model import Instrument, Tick
@@ -81,6 +82,7 @@ class FakeServer:
     stats: FakeStats = field(default_factory=FakeStats)
     drain: FakeDrain | None = None
     drains_started: int = 0
+    glass: GlassLedger = field(default_factory=GlassLedger)
 
     def drain_status(self) -> dict[str, Any]:
         return {"draining": self.drain is not None}
@@ -361,3 +363,27 @@ def test_the_admin_modules_never_import_the_node() -> None:
                 assert stmt.module != "monotape.platform.node.node", path.name
                 names = {a.name for a in stmt.names}
                 assert not (stmt.module == "monotape.platform.node" and "node" in names), path.name
+
+
+async def test_admin_glass_names_the_last_offender(node: FakeNode, tmp_path: Path) -> None:
+    glass = node.server.glass
+    glass.regressions, glass.gaps, glass.terminals, glass.reports = 3, 1, 1, 2
+    glass.last = GlassOffender(7, "desk-7", "XNAS:AAPL", (7, 1001), (7, 998), 3, 1234.5)
+    app = app_of(node)
+    assert (await call(app, "GET", "/admin/glass")).status == 401
+    body = (await call(app, "GET", "/admin/glass", mint(tmp_path, admin=True))).json()
+    assert body == {
+        "regressions": 3,
+        "gaps": 1,
+        "regressing_terminals": 1,
+        "reports": 2,
+        "last": {
+            "conn_id": 7,
+            "subject": "desk-7",
+            "key": "XNAS:AAPL",
+            "held": [7, 1001],
+            "got": [7, 998],
+            "regressions": 3,
+            "wall_s": 1234.5,
+        },
+    }

@@ -10,6 +10,7 @@ starts a dead loop again.
 from __future__ import annotations
 
 import asyncio
+import types
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
 
 from monotape.clock import FakeClock
 from monotape.platform.bus.nats_bus import NatsTickBus
@@ -217,10 +220,9 @@ def test_the_handler_refuses_what_the_wire_cannot_carry() -> None:
 
 
 # -- the NATS decoder as a door (no server needed: the message callback directly) ---------
-class _Msg:
-    def __init__(self, subject: str, data: bytes) -> None:
-        self.subject = subject
-        self.data = data
+def _msg(subject: str, data: bytes) -> Msg:
+    """A NATS message as the subscription hands it over (its client is never used)."""
+    return Msg(NATS(), subject=subject, data=data)
 
 
 async def test_one_malformed_item_does_not_cost_its_batch() -> None:
@@ -231,10 +233,10 @@ async def test_one_malformed_item_does_not_cost_its_batch() -> None:
     ok = [0, "XNAS", 3, 1_001, TS, 100, 101, 100, 5, "A", 1, 0]
     poison = [1, "XNAS", 3, 1_001, TS, 2**64 - 1, 101, 100, 5, "A", 1, 0]
     batch = msgspec.msgpack.encode([ok, ["not", "a", "tick"], poison, {**_as_map(ok), "seq": 9}])
-    await bus._on_msg(_Msg("md.XNAS.batch", batch))  # type: ignore[arg-type]
+    await bus._on_msg(_msg("md.XNAS.batch", batch))
     assert [t.seq for t in got] == [1_001, 9]
     assert g.rejected == {("XNAS", "undecodable"): 1, ("XNAS", "price_out_of_range"): 1}
-    await bus._on_msg(_Msg("md.XNAS.batch", b"\xc1 not msgpack"))  # type: ignore[arg-type]
+    await bus._on_msg(_msg("md.XNAS.batch", b"\xc1 not msgpack"))
     assert g.rejected[("XNAS", "undecodable")] == 2
     assert bus.decode_errors == 2
 
@@ -335,14 +337,16 @@ async def test_the_supervisor_restarts_a_loop_that_died(
         await node.stop()
 
 
-async def test_an_invariant_check_that_raises_is_a_counted_stage_failure(tmp_path: Path) -> None:
+async def test_an_invariant_check_that_raises_is_a_counted_stage_failure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     node = Node(node_config(tmp_path))
     check = node.invariants.invariants[0]
 
     def broken() -> Any:
         raise RuntimeError("index walk broke")
 
-    check.check = broken  # type: ignore[method-assign]
+    monkeypatch.setattr(check, "check", broken)
     node.invariants.run_once()
     node.invariants.run_once()
     assert node.failures.counts.get("invariants") == 2
@@ -350,6 +354,7 @@ async def test_an_invariant_check_that_raises_is_a_counted_stage_failure(tmp_pat
     # and the loop is one the supervisor starts again (named as its task is)
     loop = node.invariants.run_forever()
     try:
+        assert isinstance(loop, types.CoroutineType)  # a coroutine object has a __qualname__
         assert loop.__qualname__ in node._restartable()
     finally:
         loop.close()

@@ -16,16 +16,9 @@ from websockets.http11 import Response as HttpResponse
 
 from monotape.platform.model import Instrument, Tick
 from monotape.platform.sdk.client import NotConnectedError, TerminalClient
-from monotape.platform.sdk.connection import with_token
 from monotape.platform.wire import codec
 from monotape.platform.wire.requests import SetPriority, Subscribe, Unsubscribe, decode_request
 from tests.conftest import until
-
-
-def test_with_token_sets_the_query_parameter() -> None:
-    assert with_token("ws://h:1/", "abc") == "ws://h:1/?token=abc"
-    assert with_token("ws://h:1/?token=old&x=1", "new") == "ws://h:1/?x=1&token=new"
-
 
 # -- a scripted server --------------------------------------------------------------------------
 

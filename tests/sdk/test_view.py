@@ -218,3 +218,19 @@ def test_the_glass_never_goes_backwards_and_always_shows_the_true_price(
         assert versions == sorted(set(versions)), f"{key} went backwards: {versions}"
     for key, quote in view.quotes.items():
         assert view.shown(key) == quote.version
+
+
+def test_every_quote_names_the_frame_it_came_in() -> None:
+    """A max_hz terminal checks its frames by number: each quote carries its message's frame_no
+    (a priority update carries none)."""
+    view, _ = screen(KEYS[:2])
+    step = view.receive(codec.Snapshot(40, [full(0, 5), full(1, 5)]))
+    assert [q.frame_no for q in step.rendered] == [40, 40]
+    step = view.receive(codec.Frame(45, [delta(0, 5, 6), delta(1, 5, 6)]))
+    assert [(q.key, q.frame_no, q.source) for q in step.rendered] == [
+        (KEYS[0], 45, Source.FRAME),
+        (KEYS[1], 45, Source.FRAME),
+    ]
+    step = view.receive(codec.PriorityUpdate(full(0, 7)))
+    assert [(q.frame_no, q.source) for q in step.rendered] == [(None, Source.PRIORITY)]
+    assert view.quotes[KEYS[1]].frame_no == 45

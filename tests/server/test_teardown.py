@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 import struct
 from collections.abc import AsyncIterator
@@ -111,6 +112,10 @@ class WriteEofTransport:
 
     def __init__(self, real: asyncio.Transport) -> None:
         self._real = real
+        # write_eof() shut the socket's write side: the native writer's own send then fails with
+        # EPIPE where the transport's write raises (server/sendloop.py)
+        with socket.socket(fileno=os.dup(real.get_extra_info("socket").fileno())) as dup:
+            dup.shutdown(socket.SHUT_WR)
 
     def write(self, data: bytes) -> None:
         raise RuntimeError("Cannot call write() after write_eof()")

@@ -1,7 +1,8 @@
 """Auth on the WebSocket upgrade and the admin API (design: Connections: Auth; docs/auth.md).
 
-- ``verifier``: ``TokenVerifier`` (off-loop verification, fingerprint LRU), ``Claims``,
-  ``AuthError``, ``token_from_request``.
+- ``verifier``: ``TokenVerifier`` (off-loop verification, fingerprint LRU).
+- ``tokens``: what needs no key: ``AuthError`` and its reasons, ``Claims``, ``Prechecked``,
+  ``token_from_request``, ``www_authenticate`` (``verifier`` re-exports them).
 - ``keys``: key sets built once (PEM or JWKS), the dev key pair.
 - ``mint``: ``mint_token`` and the ``monotape token`` command.
 

@@ -10,13 +10,19 @@ the reason text and the ``reconnect_after_ms`` hint the terminal gets in the wir
 and at the end of the close frame's reason (docs/wire.md).
 
 Hint policy: a terminal that broke a rule (floods, bad requests, not reading) waits 5 s: coming
-straight back would only repeat it; one that did nothing wrong (a late pong, an expired token,
-shutdown) comes back after 1 s. A drain spreads its own hints (core/drain.py).
+straight back would only repeat it; one that did nothing wrong (a late pong, shutdown) comes back
+after 1 s. An expired token's hint is jittered, uniform in 0.5-5 s (``auth_expired``): tokens
+minted together at the open expire together, and a fixed hint brought their terminals back
+together, a storm on a timer. A drain spreads its own hints (core/drain.py).
+
+An upgrade refused in-band (``in_band_refusal``) is not a disconnect: no connection existed. It
+is the close a browser can read instead of an HTTP status it cannot (docs/wire.md, Browsers).
 """
 
 from __future__ import annotations
 
 import enum
+import random
 from dataclasses import dataclass
 from typing import Final
 
@@ -24,17 +30,24 @@ from monotape.platform.core.budget import Overrun
 from monotape.platform.wire.codes import CloseCode
 
 __all__ = [
+    "AUTH_EXPIRED_HINT_MS",
     "BAD_REQUESTS",
+    "BAD_TOKEN_HINT_MS",
     "REQUEST_FLOOD",
     "RULE_BROKEN_HINT_MS",
     "TEXT_FRAME",
     "Close",
     "Disconnect",
+    "InBandRefusal",
+    "auth_expired",
+    "in_band_refusal",
     "library_close_hint_ms",
 ]
 
 RULE_BROKEN_HINT_MS: Final = 5000  # a client bug: reconnecting at once would only repeat it
 _BLAMELESS_HINT_MS: Final = 1000
+AUTH_EXPIRED_HINT_MS: Final = (500, 5000)  # uniform: terminals minted together leave apart
+BAD_TOKEN_HINT_MS: Final = 30_000  # an in-band 401: the same bad token again is no use
 
 
 class Disconnect(enum.Enum):
@@ -133,7 +146,7 @@ _CLOSES: Final[dict[Disconnect, Close]] = {
             "keepalive timeout",
             _BLAMELESS_HINT_MS,
         ),
-        # short: the terminal needs a fresh token, not a thundering retry
+        # the default only: a session's expiry is jittered (``auth_expired``)
         (Disconnect.AUTH_EXPIRED, CloseCode.POLICY_VIOLATION, "token expired", _BLAMELESS_HINT_MS),
         (Disconnect.DRAIN, CloseCode.GOING_AWAY, "drain", _BLAMELESS_HINT_MS),
         (
@@ -172,6 +185,31 @@ _LIBRARY_HINTS_MS: Final[dict[int, int]] = {
     int(CloseCode.MESSAGE_TOO_BIG): RULE_BROKEN_HINT_MS,
     int(CloseCode.INTERNAL_ERROR): _BLAMELESS_HINT_MS,
 }
+
+
+def auth_expired(rng: random.Random) -> Close:
+    """The close of a session whose token expired, with a jittered hint (``rng``: injected)."""
+    lo, hi = AUTH_EXPIRED_HINT_MS
+    return Disconnect.AUTH_EXPIRED.close(rng.randint(lo, hi))
+
+
+@dataclass(frozen=True, slots=True)
+class InBandRefusal:
+    """An upgrade refused after the handshake: the CLOSE message and close frame a browser
+    reads instead of the HTTP status (it sees only 1006 for a refused upgrade)."""
+
+    code: CloseCode
+    text: str
+    reconnect_after_ms: int
+
+
+def in_band_refusal(status: int, retry_after_s: int | None, reason: str) -> InBandRefusal:
+    """The in-band form of an HTTP refusal of the upgrade: 503 and 429 are 1013 (Try Again
+    Later, RFC 6455 §7.4.1 / IANA) with the Retry-After as the hint; 401 is 1008 with 30 s."""
+    if status == 401:
+        return InBandRefusal(CloseCode.POLICY_VIOLATION, reason, BAD_TOKEN_HINT_MS)
+    hint_ms = 1000 * (retry_after_s if retry_after_s is not None else 1)
+    return InBandRefusal(CloseCode.TRY_AGAIN_LATER, reason, hint_ms)
 
 
 def library_close_hint_ms(code: int) -> int:

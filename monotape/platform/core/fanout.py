@@ -7,6 +7,10 @@ Watchlists are heavily shared: 4,200 connections collapse to about 260 distinct 
 needs about 260 payloads, not 4,200 (MEASURED: per-connection encode + send saturates a core at
 2,000 connections; pre-framed shared writes serve 4,200 at 72% of one).
 
+Rate groups (docs/wire.md, rate): terminals at max_hz < 25 (every k-th boundary) are kept by
+(k, signature), so terminals of one rate and one subscription set share one payload; nothing is
+kept for 25 Hz terminals, so a node with none slower pays nothing.
+
 ``SubscriptionIndex`` has one owner, the connection registry, and one idempotent teardown path
 (``remove_connection``) that cleans every index (design: Connections, "it cleans every index
 before it drops the connection entry"). ``cardinality`` and ``dangling`` feed the 30 s
@@ -69,6 +73,8 @@ class SubscriptionIndex:
         "_members",
         "_prio",
         "_prio_conns",
+        "_rate",
+        "_rated",
         "_sig_of",
         "_sigs_of_iid",
         "_sorted_members",
@@ -85,6 +91,8 @@ class SubscriptionIndex:
         self._sigs_of_iid: dict[int, set[int]] = {}
         self._prio: dict[int, set[int]] = {}
         self._prio_conns: dict[int, set[int]] = {}
+        self._rate: dict[int, int] = {}  # conn -> k, for k > 1 only (25 Hz is the default)
+        self._rated: dict[int, dict[int, set[int]]] = {}  # k -> sig -> conns, k > 1
 
     # -- registry ---------------------------------------------------------------------------
 
@@ -97,6 +105,7 @@ class SubscriptionIndex:
         for iid in self._prio.pop(conn, ()):
             self._discard(self._prio_conns, iid, conn)
         self._unlink_signature(conn)
+        self._rate.pop(conn, None)
         self._subs.pop(conn, None)
         self._conns.discard(conn)
 
@@ -155,6 +164,25 @@ class SubscriptionIndex:
             if not prio:
                 del self._prio[conn]
 
+    def set_rate(self, conn: int, k: int) -> int:
+        """Give ``conn`` every ``k``-th boundary (k = 25 / max_hz); returns its previous k."""
+        self._require(conn)
+        if k < 1:
+            raise ValueError(f"k must be >= 1, got {k}")
+        before = self._rate.get(conn, 1)
+        if k == before:
+            return before
+        sig = self._sig_of.get(conn)
+        if sig is not None and before > 1:
+            self._leave_group(conn, before, sig)
+        if k == 1:
+            del self._rate[conn]
+        else:
+            self._rate[conn] = k
+            if sig is not None:
+                self._rated.setdefault(k, {}).setdefault(sig, set()).add(conn)
+        return before
+
     # -- queries ----------------------------------------------------------------------------
 
     def subscriptions(self, conn: int) -> frozenset[int]:
@@ -173,6 +201,27 @@ class SubscriptionIndex:
     def connections(self, sig: int) -> set[int]:
         """The connections with signature ``sig`` (a copy)."""
         return set(self._conns_of_sig.get(sig, ()))
+
+    def paced_connections(self, sig: int) -> set[int]:
+        """The connections with signature ``sig`` that get every boundary (a copy)."""
+        conns = set(self._conns_of_sig.get(sig, ()))
+        for groups in self._rated.values():  # at most four rates
+            slower = groups.get(sig)
+            if slower:
+                conns -= slower
+        return conns
+
+    def rate(self, conn: int) -> int:
+        """``conn``'s k: it gets the boundaries with frame_no % k == 0."""
+        return self._rate.get(conn, 1)
+
+    def rates(self) -> frozenset[int]:
+        """The k > 1 some subscribed connection has now."""
+        return frozenset(self._rated)
+
+    def rated_groups(self, k: int) -> list[tuple[int, set[int]]]:
+        """(signature, its connections of rate ``k``: a copy) for every such group."""
+        return [(sig, set(conns)) for sig, conns in self._rated.get(k, {}).items()]
 
     def priority_connections(self, iid: int) -> set[int]:
         """The connections holding ``iid`` as priority (a copy; empty if none). Per applied tick."""
@@ -223,6 +272,10 @@ class SubscriptionIndex:
         out += [("conn->priority", c) for c in self._prio if c not in live]
         for conns in self._prio_conns.values():
             out += [("iid->priority_conns", c) for c in conns if c not in live]
+        out += [("conn->rate", c) for c in self._rate if c not in live]
+        for groups in self._rated.values():
+            for conns in groups.values():
+                out += [("rate->conns", c) for c in conns if c not in live]
         return out
 
     def sizes(self) -> dict[str, int]:
@@ -237,6 +290,8 @@ class SubscriptionIndex:
             "symbol_signatures": len(self._sigs_of_iid),
             "conn_priority": len(self._prio),
             "symbol_priority_conns": len(self._prio_conns),
+            "conn_rate": len(self._rate),
+            "rate_groups": sum(len(groups) for groups in self._rated.values()),
         }
 
     def is_empty(self) -> bool:
@@ -251,6 +306,8 @@ class SubscriptionIndex:
             or self._sigs_of_iid
             or self._prio
             or self._prio_conns
+            or self._rate
+            or self._rated
         )
 
     # -- internals --------------------------------------------------------------------------
@@ -268,10 +325,21 @@ class SubscriptionIndex:
             if not s:
                 del index[key]
 
+    def _leave_group(self, conn: int, k: int, sig: int) -> None:
+        groups = self._rated.get(k)
+        if groups is None:
+            return
+        self._discard(groups, sig, conn)
+        if not groups:
+            del self._rated[k]
+
     def _unlink_signature(self, conn: int) -> None:
         sig = self._sig_of.pop(conn, None)
         if sig is None:
             return
+        k = self._rate.get(conn, 1)
+        if k > 1:
+            self._leave_group(conn, k, sig)
         conns = self._conns_of_sig.get(sig)
         if conns is not None:
             conns.discard(conn)
@@ -302,6 +370,9 @@ class SubscriptionIndex:
             raise RuntimeError(f"subscription signature collision on {sig:#x}")
         self._sig_of[conn] = sig
         self._conns_of_sig.setdefault(sig, set()).add(conn)
+        k = self._rate.get(conn, 1)
+        if k > 1:
+            self._rated.setdefault(k, {}).setdefault(sig, set()).add(conn)
 
 
 def plan_payloads(chunks: Mapping[int, bytes], index: SubscriptionIndex) -> dict[int, list[bytes]]:

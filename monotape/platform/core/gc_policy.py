@@ -4,7 +4,7 @@ A terminal connection is long-lived state: ~100 GC-tracked objects (the websocke
 its transport, tasks, futures, deques, our ``Connection`` and ``Outbox``), alive all day. The
 warm-up ``gc.freeze()`` (``GcMonitor.freeze_after_warmup``) happens before the first terminal,
 so every connection lands in the unfrozen heap, and every gen-2 collection walks all of them:
-bench/bench_latency.py measured a 124 ms gen-2 pause at ~1,900 terminals (three 40 ms frames
+bench/e2e/bench_latency.py measured a 124 ms gen-2 pause at ~1,900 terminals (three 40 ms frames
 lost on every screen), recurring every few seconds.
 
 ``FreezePolicy`` is the pure decision; ``GcUpkeep.run`` (node/pipeline.py) feeds it once a second.

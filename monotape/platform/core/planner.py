@@ -9,6 +9,14 @@ writes the planned bytes. Watchlists are heavily shared (4,200 connections colla
 260 signatures), so a plan holds about 260 payloads whatever the connection count, and nothing
 here runs per connection.
 
+A terminal at max_hz < 25 (rate k = 25 / max_hz, docs/wire.md) is in a rate group (core/fanout.py)
+and is left out of those payloads. ``Pacer`` gathers, per k, the symbols changed since that rate's
+previous boundary; at a boundary with frame_no % k == 0 each (signature, k) group gets one payload
+of FULL records of its changed members at their latest version, joined from the snapshot cache's
+chunks (encoded once per symbol version, shared by every group and every rate). Full records,
+never deltas: a k terminal skipped the versions a delta would name. And never older than a 25 Hz
+terminal's at the same boundary: the cache holds what this frame published.
+
 A gap (a connection's ring overflowed, core/outbox.py) ends in a snapshot of everything that
 connection holds, joined from the snapshot cache (core/snapshots.py): ``gap_snapshot``.
 """
@@ -25,7 +33,7 @@ from monotape.platform.core.fanout import SubscriptionIndex, plan_payloads
 from monotape.platform.core.snapshots import FailureSink, SnapshotCache
 from monotape.platform.wire import codec
 
-__all__ = ["NO_IIDS", "FramePlan", "gap_snapshot", "plan_frame", "written_iids"]
+__all__ = ["NO_IIDS", "FramePlan", "Pacer", "gap_snapshot", "plan_frame", "written_iids"]
 
 NO_IIDS = np.empty(0, dtype=np.int64)
 NO_IIDS.setflags(write=False)
@@ -35,21 +43,75 @@ NO_IIDS.setflags(write=False)
 class FramePlan:
     """One frame's writes: ``payloads`` holds, per signature with a changed member, the framed
     bytes, the connections that get them (a copy: a teardown may run while it is written) and
-    the signature; ``chunks`` the changed, watched symbols' encoded records (iid -> chunk)."""
+    the signature; ``chunks`` the changed, watched symbols' encoded records (iid -> chunk).
+    The 25 Hz payloads come first, then those of the rate groups due at this boundary (keyed by
+    (signature, k): one signature may appear once per rate). ``whole``: every chunk is in some
+    25 Hz payload (false while rate groups exist)."""
 
     frame_no: int
     chunks: dict[int, bytes]
     payloads: list[tuple[bytes, set[int], int]]
+    whole: bool = True
+
+
+class Pacer:
+    """Per rate k > 1, the symbols changed since that rate's previous boundary: the state that
+    lets a k terminal get everything it skipped, and only that, at its next boundary.
+
+    A rate starts gathering at the first frame planned while some connection has it; one that
+    no connection has any more is forgotten. A terminal that joins a rate may so get, at its
+    first boundary, a record of a version it already holds: the same version (its guard drops
+    it as a duplicate), never an older one."""
+
+    __slots__ = ("_changed", "snapshots")
+
+    def __init__(self, snapshots: SnapshotCache) -> None:
+        self.snapshots = snapshots
+        self._changed: dict[int, set[int]] = {}  # k -> iids changed since its last boundary
+
+    def due(self, frame: Frame, index: SubscriptionIndex) -> list[tuple[bytes, set[int], int]]:
+        """The payloads of the rate groups whose boundary this frame is (none between them)."""
+        rates = index.rates()
+        changed = self._changed
+        for k in [k for k in changed if k not in rates]:
+            del changed[k]
+        if not rates:
+            return []
+        frame_no = frame.frame_no
+        iids = [rec.iid for rec in frame.records]
+        chunk = self.snapshots.chunk
+        payloads: list[tuple[bytes, set[int], int]] = []
+        for k in sorted(rates):
+            gathered = changed.get(k)
+            if gathered is None:
+                gathered = changed[k] = set()
+            gathered.update(iids)
+            if frame_no % k or not gathered:
+                continue
+            members = index.members
+            for sig, conns in index.rated_groups(k):
+                due = sorted(gathered.intersection(members(sig)))
+                chunks = [c for c in map(chunk, due) if c is not None]
+                if chunks:
+                    header = codec.frame_header(frame_no, len(chunks))
+                    payloads.append((codec.ws_binary_frame(header + b"".join(chunks)), conns, sig))
+            gathered.clear()
+        return payloads
 
 
 def plan_frame(
-    frame: Frame, index: SubscriptionIndex, failures: FailureSink | None = None
+    frame: Frame,
+    index: SubscriptionIndex,
+    failures: FailureSink | None = None,
+    pacer: Pacer | None = None,
 ) -> FramePlan:
-    """Encode each changed symbol that anyone watches once, and one payload per signature.
+    """Encode each changed symbol that anyone watches once, and one payload per signature; with
+    a ``pacer``, the payloads of the rate groups due at this boundary after them.
 
     A symbol that cannot encode is left out and reported to ``failures`` (stage ``encode``): its
     terminals see a gap in that symbol's chain on the next frame and resubscribe; everything else
-    in the frame goes out."""
+    in the frame goes out (a rate group's full record comes from the snapshot cache, which
+    reports its own)."""
     encode = codec.encode_delta_record
     subscribed = index.has_subscribers
     # Encoded once per changed symbol that anyone watches; nobody pays for the others.
@@ -60,18 +122,22 @@ def plan_frame(
     except ValueError:  # a symbol that cannot encode: contained to that symbol
         chunks = _encode_each(frame, index, failures)
     frame_no = frame.frame_no
-    connections = index.connections
+    paced = bool(index.rates())
+    connections = index.paced_connections if paced else index.connections
     payloads = [
         (
             codec.ws_binary_frame(
                 codec.frame_header(frame_no, len(sig_chunks)) + b"".join(sig_chunks)
             ),
-            connections(sig),
+            conns,
             sig,
         )
         for sig, sig_chunks in plan_payloads(chunks, index).items()
+        if (conns := connections(sig))  # a signature held only by slower terminals: none
     ]
-    return FramePlan(frame_no, chunks, payloads)
+    if pacer is not None:
+        payloads += pacer.due(frame, index)
+    return FramePlan(frame_no, chunks, payloads, whole=not paced)
 
 
 def _encode_each(
@@ -98,7 +164,7 @@ def written_iids(
     if not written_sigs:
         return NO_IIDS
     chunks = plan.chunks
-    if len(written_sigs) == len(plan.payloads):
+    if plan.whole and len(written_sigs) == len(plan.payloads):
         # The common case, at no per-signature cost: every encoded chunk is in some payload
         # (only symbols with subscribers are encoded), and every payload went out.
         return np.fromiter(chunks, dtype=np.int64, count=len(chunks))

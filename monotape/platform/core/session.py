@@ -12,29 +12,45 @@ The rules, in the order they apply:
 - a request that does not decode is answered with its error; more than ``max_bad_requests``
   and the terminal is a bug, not a desk (1008);
 - a decoded request is judged key by key (wire/requests.judge) and applied to the subscription
-  index: refused keys are named in REFUSED, the ACK gives the counts after the request.
+  index: refused keys are named in REFUSED, the ACK gives the counts after the request;
+- ``refresh``: the token is handed back to the driver (``Received.refresh``) to be verified off
+  the event loop by the upgrade's verifier and cache; ``refreshed`` then judges the claims (same
+  subject, no wider claims, a later ``exp``) and moves the session's expiry, or answers ERROR 11;
+- ``report`` (the glass audit, core/glass.py): cumulative counts turned into increases, capped
+  per connection, one accepted every 5 s;
+- ``rate``: the terminal's max_hz, kept in the index's rate groups (core/fanout.py).
 Mistakes (errors and refusals) are counted per minute, not per lifetime: a desk open all week
 must not be closed as a flood for mistakes spread over days.
 """
 
 from __future__ import annotations
 
+import random
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Final
+from dataclasses import dataclass, field
+from typing import Final, Protocol
 
 from monotape.platform.core.disconnect import (
     BAD_REQUESTS,
     REQUEST_FLOOD,
     TEXT_FRAME,
     Close,
-    Disconnect,
+    auth_expired,
 )
 from monotape.platform.core.fanout import SubscriptionIndex
+from monotape.platform.core.glass import (
+    REPORT_CAP,
+    REPORT_INTERVAL_NS,
+    GlassLedger,
+    GlassOffender,
+)
 from monotape.platform.wire import codec
 from monotape.platform.wire.codec import ErrorCode
 from monotape.platform.wire.requests import (
+    Rate,
+    Refresh,
+    Report,
     RequestError,
     Subscribe,
     Unsubscribe,
@@ -46,6 +62,7 @@ __all__ = [
     "ERROR_WINDOW_NS",
     "MAX_BAD_REQUESTS",
     "MAX_RATE_VIOLATIONS",
+    "Grant",
     "Received",
     "Session",
     "SessionRules",
@@ -70,18 +87,33 @@ class SessionRules:
     max_bad_requests: int = MAX_BAD_REQUESTS
     max_rate_violations: int = MAX_RATE_VIOLATIONS
     error_window_ns: int = ERROR_WINDOW_NS
+    glass: GlassLedger = field(default_factory=GlassLedger)  # what terminals report
+    rng: random.Random = field(default_factory=random.Random)  # the expired token's jitter
+
+
+class Grant(Protocol):
+    """What a verified token grants (``auth.Claims`` has these): all a refresh is judged on."""
+
+    @property
+    def sub(self) -> str: ...
+    @property
+    def exp(self) -> int: ...
+    @property
+    def admin(self) -> bool: ...
 
 
 @dataclass(frozen=True, slots=True)
 class Received:
     """The outcome of one message, in the order the terminal must get it: ``answer`` (an ERROR
     or REFUSED message), a snapshot of ``hydrate`` (iids, each once), ``ack``; then ``close``.
-    Messages are wire payloads, not yet WebSocket-framed."""
+    Messages are wire payloads, not yet WebSocket-framed. ``refresh``: a token for the driver
+    to verify off the loop, then hand to ``Session.refreshed`` (whose answer follows)."""
 
     answer: bytes | None = None
     hydrate: tuple[int, ...] = ()
     ack: bytes | None = None
     close: Close | None = None
+    refresh: Refresh | None = None
 
 
 class Session:
@@ -89,13 +121,19 @@ class Session:
 
     __slots__ = (
         "_bucket_ns",
+        "_counted",
+        "_regressing",
+        "_reported",
+        "_reported_ns",
         "_tokens",
+        "admin",
         "conn_id",
         "expires_at_s",
         "index",
         "mistakes",
         "mistakes_since_ns",
         "rules",
+        "subject",
     )
 
     def __init__(
@@ -106,15 +144,25 @@ class Session:
         *,
         opened_ns: int,
         expires_at_s: float | None = None,
+        subject: str | None = None,
+        admin: bool = False,
     ) -> None:
         self.conn_id = conn_id
         self.rules = rules
         self.index = index
         self.expires_at_s = expires_at_s  # the token's ``exp`` (wall clock, s); None: no token
+        self.subject = subject  # the token's ``sub``: a refresh must name the same one
+        self.admin = admin  # a refresh must not widen it
         self._tokens = float(rules.request_burst)
         self._bucket_ns = opened_ns
         self.mistakes = 0  # within the current error window
         self.mistakes_since_ns = opened_ns
+        # the glass audit: the last accepted report's cumulative counts, what was counted from
+        # them (capped), when, and whether this terminal is already counted as regressing
+        self._reported = (0, 0)
+        self._counted = (0, 0)
+        self._reported_ns: int | None = None
+        self._regressing = False
 
     # -- the token -----------------------------------------------------------------------------
     def expires_in_s(self, wall_now_s: float) -> float | None:
@@ -124,15 +172,38 @@ class Session:
         return max(0.0, self.expires_at_s - wall_now_s)
 
     def expire(self, wall_now_s: float) -> Close | None:
-        """The close for an expired token (the terminal reconnects with a fresh one); None if
-        the token is still good (a timer that fired early)."""
+        """The close for an expired token (the terminal reconnects with a fresh one, after a
+        jittered hint); None if the token is still good (a timer that fired early, or a refresh
+        moved the expiry)."""
         left = self.expires_in_s(wall_now_s)
         if left is None or left > 0.0:
             return None
-        return Disconnect.AUTH_EXPIRED.close()
+        return auth_expired(self.rules.rng)
+
+    def refreshed(self, req: int, grant: Grant | str, wall_now_s: float, now_ns: int) -> Received:
+        """The answer to ``refresh`` once its token is verified: ``grant`` the verified claims,
+        or the verifier's refusal reason. Taken (same subject, no wider claims, ``exp`` later
+        than now): the expiry moves (the driver re-arms its timer) and the answer is ACK; else
+        ERROR 11 TOKEN_REJECTED and the session keeps its current token."""
+        if isinstance(grant, str):
+            reason = grant
+        elif self.subject is None:
+            reason = "no token on this session"
+        elif grant.sub != self.subject:
+            reason = "another subject"
+        elif grant.admin and not self.admin:
+            reason = "wider claims"
+        elif grant.exp <= wall_now_s:
+            reason = "expired"
+        else:
+            self.expires_at_s = float(grant.exp)
+            return Received(ack=self._ack(req))
+        error = self._error(ErrorCode.TOKEN_REJECTED, f"token rejected: {reason}", req, now_ns)
+        return Received(answer=error)
 
     # -- requests ------------------------------------------------------------------------------
-    def receive(self, message: str | bytes, now_ns: int) -> Received:
+    def receive(self, message: str | bytes, now_ns: int, *, wall_s: float = 0.0) -> Received:
+        """One message from the terminal; ``wall_s`` (the wall clock) only dates a report."""
         rules = self.rules
         if isinstance(message, str):
             answer = self._error(ErrorCode.TEXT_NOT_ALLOWED, "binary messages only", 0, now_ns)
@@ -147,6 +218,14 @@ class Session:
             answer = self._error(exc.code, exc.message, exc.req, now_ns)
             broken = self.mistakes > rules.max_bad_requests
             return Received(answer=answer, close=BAD_REQUESTS if broken else None)
+        if isinstance(request, Refresh):
+            if self.subject is None:  # nothing to verify it against: no work for the pool
+                return self.refreshed(request.req, "no token on this session", wall_s, now_ns)
+            return Received(refresh=request)
+        if isinstance(request, Report):
+            return self._report(request, now_ns, wall_s)
+        if isinstance(request, Rate):
+            return self._rate(request)
         # Judged key by key: the keys that pass are applied, the others are named in REFUSED,
         # and the ACK that follows gives the counts after the request.
         cid = self.conn_id
@@ -180,8 +259,60 @@ class Session:
             index.unsubscribe(cid, iids)
         else:
             index.set_priority(cid, iids, request.on)
-        ack = codec.encode_ack(request.req, len(index.subscriptions(cid)), len(index.priority(cid)))
-        return Received(answer=refused, hydrate=hydrate, ack=ack)
+        return Received(answer=refused, hydrate=hydrate, ack=self._ack(request.req))
+
+    def _ack(self, req: int) -> bytes:
+        index, cid = self.index, self.conn_id
+        return codec.encode_ack(req, len(index.subscriptions(cid)), len(index.priority(cid)))
+
+    def _rate(self, request: Rate) -> Received:
+        """Move the terminal to its rate group. Back to 25 Hz from a slower rate, the deltas
+        that follow name the bases of the last frame, which it may have skipped: a snapshot of
+        its subscriptions first gives it those bases (as a re-subscribe would)."""
+        before = self.index.set_rate(self.conn_id, request.k)
+        hydrate: tuple[int, ...] = ()
+        if request.k == 1 and before != 1:
+            hydrate = tuple(sorted(self.index.subscriptions(self.conn_id)))
+        return Received(hydrate=hydrate, ack=self._ack(request.req))
+
+    def _report(self, request: Report, now_ns: int, wall_s: float) -> Received:
+        """The glass audit: the increase over the previous accepted report, capped at
+        ``REPORT_CAP`` per connection's lifetime; a report going backwards is ignored (ACK, no
+        count); one sooner than 5 s after the previous accepted one is RATE_LIMITED."""
+        since = self._reported_ns
+        if since is not None and now_ns - since < REPORT_INTERVAL_NS:
+            answer = self._error(
+                ErrorCode.RATE_LIMITED, "one report every 5 s", request.req, now_ns
+            )
+            return Received(answer=answer)
+        self._reported_ns = now_ns
+        glass = self.rules.glass
+        glass.reports += 1
+        regressions, gaps = request.regressions, request.gaps
+        (held_r, held_g), (counted_r, counted_g) = self._reported, self._counted
+        if regressions < held_r or gaps < held_g:
+            return Received(ack=self._ack(request.req))  # backwards: a bug, or a lie
+        self._reported = (regressions, gaps)
+        add_r = min(regressions - held_r, REPORT_CAP - counted_r)
+        add_g = min(gaps - held_g, REPORT_CAP - counted_g)
+        self._counted = (counted_r + add_r, counted_g + add_g)
+        glass.regressions += add_r
+        glass.gaps += add_g
+        if regressions > 0 and not self._regressing:
+            self._regressing = True
+            glass.terminals += 1
+        if regressions > held_r:
+            last = request.last
+            glass.last = GlassOffender(
+                conn_id=self.conn_id,
+                subject=self.subject,
+                key=last[0] if last is not None else None,
+                held=(last[1], last[2]) if last is not None else None,
+                got=(last[3], last[4]) if last is not None else None,
+                regressions=regressions,
+                wall_s=wall_s,
+            )
+        return Received(ack=self._ack(request.req))
 
     def _rate_ok(self, now_ns: int) -> bool:
         rules = self.rules

@@ -30,6 +30,12 @@ from monotape.platform.node.admin_params import (
     json_response,
 )
 from monotape.platform.node.admin_view import AdminView
+from monotape.platform.node.watchlist import (
+    WATCHLIST_ENDPOINTS,
+    WatchlistSite,
+    watchlist_handlers,
+    watchlist_mounts,
+)
 
 __all__ = ["ENDPOINTS", "PARAMETERS", "build_admin_app", "openapi_document"]
 
@@ -47,6 +53,7 @@ ENDPOINTS: list[tuple[str, str, str, bool]] = [
     ("GET", "/admin/symbols/{key}", "One symbol: current and published versions, prices.", True),
     ("GET", "/admin/feeds", "Feed handlers: up, lag, delivered, epochs.", True),
     ("GET", "/admin/invariants", "The latest invariant results, with numbers.", True),
+    ("GET", "/admin/glass", "What terminals reported dropping, and the last offender.", True),
     ("GET", "/admin/gc", "GC pauses per generation, recent pauses, event-loop lag.", True),
     ("POST", "/admin/gc/collect", "Run a full collection now and report its pause.", True),
     ("GET", "/admin/latency/timeline", "Per-interval percentiles per stage, GC overlaid.", True),
@@ -60,6 +67,7 @@ ENDPOINTS: list[tuple[str, str, str, bool]] = [
         True,
     ),
     *DASHBOARD_ENDPOINTS,
+    *WATCHLIST_ENDPOINTS,
 ]
 
 # name, where ("query" or "path"), type, description: what /openapi.json and /admin/ declare.
@@ -98,7 +106,9 @@ def _openapi_parameters(path: str) -> list[dict[str, Any]]:
     ]
 
 
-def build_admin_app(view: AdminView) -> Starlette:
+def build_admin_app(view: AdminView, watchlist: WatchlistSite | None = None) -> Starlette:
+    """``watchlist``: the watchlist page's site (node/watchlist.py); None leaves its routes out."""
+
     def admin(handler: Handler) -> Handler:
         """401 without a valid token, 403 for a valid token without the admin claim."""
 
@@ -199,11 +209,19 @@ def build_admin_app(view: AdminView) -> Starlette:
             view.gc_monitor.pauses_between,
         ),
     }
+    left_out: set[str] = set()
+    if watchlist is not None:
+        handlers.update(watchlist_handlers(watchlist))
+    else:
+        left_out = {path for _, path, _, _ in WATCHLIST_ENDPOINTS}
     routes: list[BaseRoute] = [
         Route(path, admin(handlers[path]) if admin_only else handlers[path], methods=[method])
         for method, path, _, admin_only in ENDPOINTS
+        if path not in left_out
     ]
     routes.append(static_mount())  # the dashboards' scripts and uPlot: no data, no token
+    if watchlist is not None:
+        routes.extend(watchlist_mounts())  # the page's scripts and the JS SDK: no data, no token
     return Starlette(routes=routes)
 
 

@@ -56,7 +56,8 @@ def _prices(t: Tick | None, decimals: int) -> Any:
 
 def desk_handlers(view: AdminView) -> dict[str, Handler]:
     """The handlers by path: /admin/connections, /admin/symbols, /admin/symbols/{key},
-    /admin/feeds, /admin/invariants, /admin/drain, /admin/resume, /admin/faults/dangling-entry."""
+    /admin/feeds, /admin/invariants, /admin/drain, /admin/resume, /admin/faults/dangling-entry,
+    /admin/glass."""
     by_iid = {inst.iid: inst for inst in view.universe}
 
     async def connections(request: Request) -> Response:
@@ -171,7 +172,13 @@ def desk_handlers(view: AdminView) -> dict[str, Handler]:
             {"injected": "dangling_entry", "conn": conn, **view.invariants.report()}
         )
 
+    async def glass(request: Request) -> Response:
+        # What terminals' own guards reported dropping (``report``), and the last offender:
+        # who (connection, token subject), which symbol, what it held and what came.
+        return json_response(view.server.glass.status())
+
     return {
+        "/admin/glass": glass,
         "/admin/connections": connections,
         "/admin/symbols": symbols,
         "/admin/symbols/{key}": symbol,

@@ -7,13 +7,12 @@ retention's 7 days, integers within the route's range and at most 20 digits.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from typing import Any
 
-import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
 
+from monotape.dashboards.web import Handler, json_response
 from monotape.histograms import ALL_STAGES
 from monotape.histograms.report import ReportArgumentError, parse_duration_ms
 
@@ -28,7 +27,6 @@ __all__ = [
     "window_ms",
 ]
 
-Handler = Callable[[Request], Awaitable[Response]]
 MAX_WINDOW_MS = 7 * 24 * 3600 * 1000  # retention's default: nothing older is on disk
 
 
@@ -36,10 +34,6 @@ class BadParameter(Exception):
     def __init__(self, name: str, message: str) -> None:
         super().__init__(f"{name}: {message}")
         self.name = name
-
-
-def json_response(body: Any, status: int = 200) -> Response:
-    return Response(msgspec.json.encode(body), status_code=status, media_type="application/json")
 
 
 def error_response(status: int, message: str, **extra: Any) -> Response:

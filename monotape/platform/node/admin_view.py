@@ -22,6 +22,7 @@ from monotape.histograms.gc import GcMonitor
 from monotape.invariants import InvariantMonitor
 from monotape.platform.auth import TokenVerifier
 from monotape.platform.core.fanout import SubscriptionIndex
+from monotape.platform.core.glass import GlassLedger
 from monotape.platform.core.outbox import Outbox
 from monotape.platform.model import Instrument, Tick
 
@@ -76,6 +77,9 @@ class TerminalTable(Protocol):
     def stats(self) -> StatsView: ...
     @property
     def drain(self) -> DrainView | None: ...
+
+    @property
+    def glass(self) -> GlassLedger: ...
 
     def drain_status(self) -> dict[str, Any]: ...
     def start_drain(self) -> bool: ...

@@ -83,6 +83,11 @@ class FanoutCollector(Collector):
             m.FRAME_PAYLOADS, "Distinct payloads built for the last frame.", value=st.payloads_last
         )
         yield _counter(m.PRIORITY_UPDATES_SENT, "Priority updates written.", st.priority_sent)
+        yield GaugeMetricFamily(
+            m.NATIVE_WRITER,
+            "1 when frames are written by the native send loop, 0 on the pure-Python path.",
+            value=int(s.writer.native),
+        )
         yield _counter(
             m.SLOW_CONSUMER_DROPS,
             "Frames dropped from full outbound rings.",
@@ -115,6 +120,20 @@ class FanoutCollector(Collector):
             s.gate.failures.throttled,
         )
         yield _counter(m.GAP_SNAPSHOTS, "Snapshots sent to resolve a gap.", st.gap_snapshots)
+        glass = s.glass  # what terminals reported (capped at 100 each per connection)
+        yield _counter(
+            m.GLASS_REGRESSIONS,
+            "Records terminals' own guards dropped as regressions (must stay 0).",
+            glass.regressions,
+        )
+        yield _counter(
+            m.GLASS_GAPS, "Deltas terminals reported on a base they did not hold.", glass.gaps
+        )
+        yield _counter(
+            m.GLASS_REGRESSING_TERMINALS,
+            "Distinct terminal connections that reported a regression.",
+            glass.terminals,
+        )
         yield _counter(
             m.UPGRADES, "Upgrades admitted as terminal connections.", st.connections_total
         )

@@ -68,6 +68,7 @@ from monotape.platform.node.pipeline import GcUpkeep, Pipeline
 from monotape.platform.node.rotation import HistogramRotation
 from monotape.platform.node.sources import build_sources
 from monotape.platform.node.supervisor import LoopFactory, Supervisor
+from monotape.platform.node.watchlist import watchlist_site
 from monotape.platform.server.endpoint import FanoutServer
 from monotape.platform.server.looplag import LoopLagMonitor
 
@@ -192,7 +193,9 @@ class Node:
         self.supervisor = Supervisor(
             self.failures, self.clock.now_ns, stopped=self._stopped.is_set, on_give_up=self._fail
         )
-        self._admin = AdminServer(build_admin_app(self))
+        # the watchlist page reads the terminals' port once listening (0 until then)
+        site = watchlist_site(cfg, lambda: self.ws_port)
+        self._admin = AdminServer(build_admin_app(self, site))
         self.endpoints: Endpoints | None = None
 
     # -- building ------------------------------------------------------------------------------

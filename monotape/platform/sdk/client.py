@@ -36,6 +36,7 @@ from monotape.platform.sdk.answers import (
 from monotape.platform.sdk.connection import NS, STATES, State, TerminalConnection
 from monotape.platform.sdk.reconnect import ReconnectPolicy, hint_from_reason, parse_retry_after
 from monotape.platform.sdk.stats import SdkStats
+from monotape.platform.sdk.upkeep import FULL_RATE_HZ, RefreshToken
 from monotape.platform.sdk.view import Quote
 from monotape.platform.wire import codec
 
@@ -71,12 +72,15 @@ class TerminalClient(TerminalConnection):
         open_timeout: float = 10.0,
         stable_after_s: float = 1.0,
         clock: Clock | None = None,
+        max_hz: float = FULL_RATE_HZ,
+        refresh_token: RefreshToken | None = None,
     ) -> None:
+        rng = rng or random.Random()
         self.policy = ReconnectPolicy(
             base_s=backoff_base_s,
             cap_s=backoff_cap_s,
             stable_after_s=stable_after_s,
-            rng=rng or random.Random(),
+            rng=rng,
         )
         super().__init__(
             url,
@@ -86,6 +90,9 @@ class TerminalClient(TerminalConnection):
             queue_size=queue_size,
             open_timeout=open_timeout,
             clock=clock,
+            max_hz=max_hz,
+            refresh_token=refresh_token,
+            rng=rng,
         )
         self.reconnect = reconnect
         self._supervisor: asyncio.Task[None] | None = None
@@ -152,7 +159,7 @@ class TerminalClient(TerminalConnection):
             while not self._closing:
                 self._set_state("connecting")
                 try:
-                    ws = await self._open(self._attempt_url(), connect_kwargs)
+                    ws = await self._open(connect_kwargs)
                 except websockets.InvalidURI:
                     raise
                 except websockets.InvalidStatus as exc:
@@ -219,6 +226,7 @@ class TerminalClient(TerminalConnection):
                 self.stats.error_log.append(f"no hello: {exc!r}")
             if got_hello:
                 if not self._closing:
+                    await self.upkeep.open(ws.send, self._token)  # max_hz, then the timers
                     await self._restore()
                 if not reader.done() and not self._closing:
                     self._set_state("connected")
@@ -229,6 +237,7 @@ class TerminalClient(TerminalConnection):
                     await asyncio.wait({reader})
         finally:
             self._ws = None
+            self.upkeep.close()
             if not reader.done():
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(ws.close(), 2.0)

@@ -4,16 +4,18 @@ It only moves data: bytes from the socket are decoded and handed to ``view.Termi
 (frames, snapshots, priority updates, heartbeats, hello) or to ``intent.Intent`` (ACK, REFUSED,
 ERROR); what they answer goes out again: rendered quotes to the caller (``on_render``, then the
 bounded ``updates()`` queue), requests and due resyncs to the socket, answers to the futures of
-the requests in flight. ``client.TerminalClient`` adds the reconnecting supervisor.
+the requests in flight. The session's own requests (its rate, token refresh and glass report)
+are ``upkeep.Upkeep``'s, opened after each HELLO and closed with the connection.
+``client.TerminalClient`` adds the reconnecting supervisor.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any, Final, Literal
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import websockets
 from websockets.asyncio.client import ClientConnection
@@ -21,8 +23,11 @@ from websockets.asyncio.client import ClientConnection
 from monotape.clock import Clock, SystemClock
 from monotape.platform.model import Instrument
 from monotape.platform.sdk.answers import PROTOCOLS, Answer, NotConnectedError
+from monotape.platform.sdk.credentials import presented_token, with_bearer, with_token
 from monotape.platform.sdk.intent import Intent, chunks
+from monotape.platform.sdk.reconnect import RandomSource
 from monotape.platform.sdk.stats import SdkStats
+from monotape.platform.sdk.upkeep import FULL_RATE_HZ, RefreshToken, Upkeep
 from monotape.platform.sdk.view import Quote, TerminalView
 from monotape.platform.wire import codec
 from monotape.platform.wire.requests import MAX_KEYS, Request, Subscribe, encode_request
@@ -34,14 +39,6 @@ STATES: Final[tuple[State, ...]] = ("idle", "connecting", "connected", "backoff"
 
 NS: Final = 1e9  # nanoseconds per second: the clock reads ns, the stats speak seconds
 REQUEST_TIMEOUT_S: Final = 10.0  # an ACK not here by then: the request is abandoned
-
-
-def with_token(url: str, token: str) -> str:
-    """``url`` with its ``token`` query parameter set to ``token`` (appended if absent)."""
-    parts = urlsplit(url)
-    query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k != "token"]
-    query.append(("token", token))
-    return urlunsplit(parts._replace(query=urlencode(query)))
 
 
 class TerminalConnection:
@@ -57,6 +54,9 @@ class TerminalConnection:
         queue_size: int = 10_000,
         open_timeout: float = 10.0,
         clock: Clock | None = None,
+        max_hz: float = FULL_RATE_HZ,
+        refresh_token: RefreshToken | None = None,
+        rng: RandomSource | None = None,
     ) -> None:
         self.url = url
         self.reconnect = False
@@ -67,6 +67,17 @@ class TerminalConnection:
         self.stats = SdkStats()
         self.screen = TerminalView(self.clock, self.stats)  # what reaches the glass
         self.intent = Intent(self.screen, self.stats)  # what the terminal means to hold
+        # the session's own requests: rate, token refresh, glass report (ValueError: bad max_hz)
+        self.upkeep = Upkeep(
+            self.screen,
+            self.stats,
+            clock=self.clock,
+            rng=rng or random.Random(),
+            next_req=self.intent.next_req,
+            max_hz=max_hz,
+            refresh_token=refresh_token,
+        )
+        self._token: str | None = None  # the token the current connection presented
         self.close_message: codec.Close | None = None
         self.state: State = "idle"
         self._open_timeout = open_timeout
@@ -157,12 +168,19 @@ class TerminalConnection:
         return self.connected
 
     # -- one connection -----------------------------------------------------------------------
-    def _attempt_url(self) -> str:
-        if self.token_provider is None:
-            return self.url
-        return with_token(self.url, self.token_provider())
+    def _attempt(self, connect_kwargs: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        """The URL and ``websockets.connect`` arguments of the next attempt, with the latest
+        token: the provider's, else the one the node last took in-band, else the first."""
+        url = self.url
+        if self.token_provider is not None:
+            url = with_token(url, self.token_provider())
+        elif self.upkeep.token is not None:
+            url, connect_kwargs = with_bearer(url, connect_kwargs, self.upkeep.token)
+        self._token = presented_token(url, connect_kwargs)
+        return url, connect_kwargs
 
-    async def _open(self, url: str, connect_kwargs: dict[str, Any]) -> ClientConnection:
+    async def _open(self, connect_kwargs: dict[str, Any]) -> ClientConnection:
+        url, connect_kwargs = self._attempt(connect_kwargs)
         self._attempt_started_ns = self.clock.now_ns()
         return await websockets.connect(
             url,
@@ -180,22 +198,24 @@ class TerminalConnection:
         self._hello_ready = asyncio.get_running_loop().create_future()
         self._set_state("connecting")
         try:
-            self._ws = await self._open(self._attempt_url(), connect_kwargs)
+            self._ws = ws = await self._open(connect_kwargs)
         except BaseException:
             self._set_state("closed")
             raise
         self._reset_connection()
-        self._reader = asyncio.create_task(self._read_loop(self._ws))
+        self._reader = asyncio.create_task(self._read_loop(ws))
         try:
             hello = await asyncio.wait_for(self._hello_ready, self._open_timeout)
         except BaseException:  # no hello, or one this client cannot speak: nothing to keep
             await self.close()
             raise
+        await self.upkeep.open(ws.send, self._token)  # max_hz first, then the timers
         if self._reader is not None and not self._reader.done():
             self._set_state("connected")
         return hello
 
     async def close(self) -> None:
+        await self.upkeep.wait_closed()
         if self._ws is not None:
             with contextlib.suppress(Exception):
                 await self._ws.close()
@@ -274,6 +294,7 @@ class TerminalConnection:
         except websockets.ConnectionClosed:
             pass
         finally:
+            self.upkeep.close()
             for fut in self._pending.values():
                 if not fut.done():
                     fut.set_exception(ConnectionError("connection closed"))
@@ -284,13 +305,15 @@ class TerminalConnection:
 
     def _on_message(self, msg: codec.ServerMessage) -> None:
         if isinstance(msg, codec.Ack):
-            self._answer(msg.req, self.intent.acked(msg))
+            if not self.upkeep.answer(msg):
+                self._answer(msg.req, self.intent.acked(msg))
         elif isinstance(msg, codec.Refused):
             self.intent.refused(msg)  # its ACK follows and completes the request
         elif isinstance(msg, codec.Error):
             self.stats.errors += 1
             self.stats.error_log.append(f"{msg.code}: {msg.message}")
-            self._answer(msg.req, self.intent.errored(msg))
+            if not self.upkeep.answer(msg):
+                self._answer(msg.req, self.intent.errored(msg))
         elif isinstance(msg, codec.Close):
             self.close_message = msg
             self._conn_close = msg

@@ -24,7 +24,7 @@ from monotape.platform.wire import codec
 from monotape.platform.wire.requests import (
     MAX_KEYS,
     MAX_PRIORITY_KEYS,
-    Request,
+    KeyRequest,
     SetPriority,
     Subscribe,
     Unsubscribe,
@@ -43,7 +43,7 @@ def chunks(items: Sequence[str], size: int) -> list[list[str]]:
 class Asked(msgspec.Struct):
     """A request in flight, and what undoes it if the node refuses it."""
 
-    request: Request
+    request: KeyRequest
     new: list[str]  # a subscribe: the keys it put on the watchlist
     before: dict[str, None]  # a priority request: the marks before it
     restoring: bool  # sent by a reconnect's restore, not by the caller

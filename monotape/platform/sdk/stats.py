@@ -36,6 +36,11 @@ class SdkStats(ViewStats):
     last_close_code: int | None = None
     last_close_hint_ms: int | None = None
     resubscribed: int = 0  # keys re-subscribed on reconnects
+    # -- the session's own requests (docs/sdk.md, "Frequency, token refresh, glass report") --
+    rate_refused: int = 0  # connections whose node refused max_hz (an older node: 25 Hz)
+    refreshes: int = 0  # fresh tokens the node took on the open connection
+    refresh_failures: int = 0  # refused (TOKEN_REJECTED), unanswered, or the callback failed
+    glass_reports: int = 0  # glass reports the node accepted
     backoff_attempt: int = 0  # the backoff exponent of the next wait (0 after a stable connection)
     last_backoff_s: float = 0.0
     connect_seconds: float | None = None  # latest connection: attempt start -> hello

@@ -20,6 +20,12 @@ absolute records. The view keeps both:
 
 ``stats.regressions`` counts records a naive client would have rendered backwards: a conflated
 record below its own chain, or a priority update at or below the previous one. It must stay 0.
+``last_regression`` and ``last_gap`` keep the latest of each (key, the version held, the version
+that came): the glass report (``glass.py``) sends them to the node, which cannot see these
+drops itself.
+
+Every ``Quote`` names the ``frame_no`` of the FRAME or SNAPSHOT it came in (None for a priority
+update, which carries none): a ``max_hz`` terminal can check it got only its k-th boundaries.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ __all__ = [
     "ChainLink",
     "Drop",
     "DropReason",
+    "Offence",
     "Quote",
     "Source",
     "Step",
@@ -61,7 +68,8 @@ class Source(StrEnum):
 
 
 class Quote(msgspec.Struct, frozen=True, gc=False):
-    """One rendered line of a watchlist. Prices are scaled ints; ``price()`` gives decimals."""
+    """One rendered line of a watchlist. Prices are scaled ints; ``price()`` gives decimals.
+    ``frame_no``: the FRAME's or SNAPSHOT's number it came in; None for a priority update."""
 
     key: str
     iid: int
@@ -73,6 +81,7 @@ class Quote(msgspec.Struct, frozen=True, gc=False):
     size: int
     source: Source
     decimals: int
+    frame_no: int | None = None
 
     @property
     def version(self) -> Version:
@@ -116,6 +125,16 @@ class Drop(msgspec.Struct, frozen=True, gc=False):
     version: Version
     source: Source
     reason: DropReason
+
+
+class Offence(msgspec.Struct, frozen=True, gc=False):
+    """A record the glass had to drop that the node should never have sent: a regression (at or
+    below the version held: ``held`` is that version) or a gap (a delta on a base not held:
+    ``held`` is the chain's version, (0, 0) when the chain held nothing). ``got``: its version."""
+
+    key: str
+    held: Version
+    got: Version
 
 
 class Step(msgspec.Struct):
@@ -178,6 +197,9 @@ class TerminalView:
         self._prio_last = VersionGuard()  # the last priority update's version per symbol
         # gapped iid -> monotonic ns its snapshot was asked for (None: not asked yet)
         self._resyncing: dict[int, int | None] = {}
+        # the latest of each, for the glass report (glass.py)
+        self.last_regression: Offence | None = None
+        self.last_gap: Offence | None = None
 
     # -- the watchlist --------------------------------------------------------------------------
     def hold(self, keys: list[str]) -> list[str]:
@@ -222,21 +244,22 @@ class TerminalView:
             self.stats.frames += 1
             self.stats.last_frame_no = msg.frame_no
             for rec in msg.records:
-                self._on_chain_record(rec, Source.FRAME, step)
+                self._on_chain_record(rec, Source.FRAME, msg.frame_no, step)
         elif isinstance(msg, codec.PriorityUpdate):
             self.stats.priority += 1
             rec = msg.record
             version = (rec.epoch, rec.seq)
+            before = self._prio_last.held(rec.iid)
             if self._prio_last.check(rec.iid, version) is not APPLIED:
-                self.stats.regressions += 1
+                self._regression(rec.iid, before, version)
             self._render(
-                rec.iid, version, rec.bid, rec.ask, rec.last, rec.size, Source.PRIORITY, step
+                rec.iid, version, rec.bid, rec.ask, rec.last, rec.size, Source.PRIORITY, None, step
             )
         elif isinstance(msg, codec.Snapshot):
             self.stats.snapshots += 1
             for rec in msg.records:
                 self._resyncing.pop(rec.iid, None)
-                self._on_chain_record(rec, Source.SNAPSHOT, step)
+                self._on_chain_record(rec, Source.SNAPSHOT, msg.frame_no, step)
         elif isinstance(msg, codec.Heartbeat):
             self.stats.heartbeats += 1
             # about once a second: time to ask again for snapshots that never came
@@ -285,36 +308,45 @@ class TerminalView:
         drops[why] = drops.get(why, 0) + 1
         step.dropped.append(Drop(self._key(iid), version, source, why))
 
-    def _on_chain_record(self, rec: codec.Record, source: Source, step: Step) -> None:
+    def _regression(self, iid: int, held: Version | None, got: Version) -> None:
+        self.stats.regressions += 1
+        self.last_regression = Offence(self._key(iid), held or (0, 0), got)
+
+    def _on_chain_record(
+        self, rec: codec.Record, source: Source, frame_no: int, step: Step
+    ) -> None:
         self.stats.records += 1
         iid = rec.iid
         version = (rec.epoch, rec.seq)
         held = self._chain.get(iid)
         if rec.has_base and (held is None or held.version != (rec.base_epoch, rec.base_seq)):
             if held is not None and version <= held.version:
-                self.stats.regressions += 1  # stale data on the chain: a server bug
+                self._regression(iid, held.version, version)  # stale data on the chain: a bug
                 self._drop(step, iid, version, source, DropReason.BEHIND_CHAIN)
             elif iid in self._resyncing:
                 self._drop(step, iid, version, source, DropReason.AWAITING_SNAPSHOT)
             else:
-                self._gap(iid, version, source, step)
+                self._gap(iid, None if held is None else held.version, version, source, step)
             return
         # int64 wrap-around arithmetic, as docs/wire.md specifies for every client.
         base = (held.bid, held.ask, held.last) if held is not None else None
         bid, ask, last = codec.apply_record(base, rec)
         if held is not None and version < held.version:
-            self.stats.regressions += 1
+            self._regression(iid, held.version, version)
         if held is not None and version <= held.version and source is Source.FRAME:
             self._drop(step, iid, version, source, DropReason.BEHIND_CHAIN)
             return
         self._chain[iid] = ChainLink(rec.epoch, rec.seq, bid, ask, last, rec.size)
-        self._render(iid, version, bid, ask, last, rec.size, source, step)
+        self._render(iid, version, bid, ask, last, rec.size, source, frame_no, step)
 
-    def _gap(self, iid: int, version: Version, source: Source, step: Step) -> None:
+    def _gap(
+        self, iid: int, held: Version | None, version: Version, source: Source, step: Step
+    ) -> None:
         """A delta on a base we do not hold: never apply it; its snapshot is to be asked for.
         Gaps are gathered until the driver calls ``take_resyncs`` (once per loop turn: a burst
         of gaps must be one Subscribe, not one each, under the server's request rate limit)."""
         self.stats.gaps += 1
+        self.last_gap = Offence(self._key(iid), held or (0, 0), version)
         self._resyncing[iid] = None
         self._chain.pop(iid, None)
         self._drop(step, iid, version, source, DropReason.GAP)
@@ -329,6 +361,7 @@ class TerminalView:
         last: int,
         size: int,
         source: Source,
+        frame_no: int | None,
         step: Step,
     ) -> None:
         verdict = self._shown.check(iid, version)
@@ -341,7 +374,7 @@ class TerminalView:
                 if key in self.watchlist and key not in self.quotes:
                     # re-subscribed to what the screen last showed: put the line back, quietly
                     self.quotes[key] = Quote(
-                        key, iid, version[0], version[1], bid, ask, last, size, source, decimals
+                        key, iid, *version, bid, ask, last, size, source, decimals, frame_no
                     )
                 self._drop(step, iid, version, source, DropReason.DUPLICATE)
             else:
@@ -351,7 +384,7 @@ class TerminalView:
         if key not in self.watchlist:
             self._drop(step, iid, version, source, DropReason.OFF_WATCHLIST)
             return
-        quote = Quote(key, iid, version[0], version[1], bid, ask, last, size, source, decimals)
+        quote = Quote(key, iid, *version, bid, ask, last, size, source, decimals, frame_no)
         self.quotes[key] = quote
         self.stats.rendered += 1
         step.rendered.append(quote)

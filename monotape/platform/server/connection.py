@@ -4,7 +4,9 @@ Frames arrive here already WebSocket-framed, the same ``bytes`` object for every
 a subscription signature (server frames are unmasked: RFC 6455 §5.1), so a delivery is one
 ``transport.write``. When the kernel and the transport buffer are full (a slow terminal), frames
 wait in a bounded 64-frame ring; past that the oldest are dropped, the ring sets a gap, and the
-next thing the terminal gets is a full snapshot (design: Fan-out and backpressure).
+next thing the terminal gets is a full snapshot (design: Fan-out and backpressure). With the
+native writer on, a terminal whose transport holds nothing gets its frames from the writer's C
+send loop straight to ``fd`` instead (server/sendloop.py); everything here is its slow path.
 
 MEASURED trap: under uvloop, ``transport.write()`` raises once the library has started closing
 the connection, while ``is_closing()`` still says False. So every write checks the protocol's own
@@ -42,6 +44,7 @@ class Connection:
         "conn_id",
         "control",
         "expiry",
+        "fd",
         "frames_sent",
         "gap_since_ns",
         "high_water",
@@ -72,6 +75,11 @@ class Connection:
         sock = self.transport.get_extra_info("socket")
         if sock is not None and so_sndbuf > 0:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, so_sndbuf)
+        # The socket the native writer sends to itself (server/writer.py: only while the
+        # transport's buffer is empty and it is not closing). -1: never, the transport writes
+        # every byte: no socket (a test's fake), or TLS, whose socket carries records, not ours.
+        plain = sock is not None and self.transport.get_extra_info("sslcontext") is None
+        self.fd: int = sock.fileno() if plain else -1
         self.outbox = Outbox(outbox_frames)
         self.control: deque[bytes] = deque()  # answers waiting for room (never dropped)
         self.high_water = high_water

@@ -1,11 +1,13 @@
 """The WebSocket endpoint: ``FanoutServer``, the asyncio driver that only moves bytes.
 
-It listens (websockets' ``serve``, deflate off), greets each terminal with the hello, hands every
+It listens (websockets' ``serve``, deflate off), refuses in-band the upgrades the gate let through
+only for that (server/upgrade.py: browsers), greets each terminal with the hello, hands every
 message to the terminal's ``Session`` (core/session.py: the request rules, limits and token
-expiry, pure) and writes what the session answers; the frame, priority and heartbeat writes are
-the writer's (server/writer.py), the pings keepalive's (server/keepalive.py), the drain its
-driver's (server/drain.py); every way out ends in the registry's one idempotent ``teardown``
-(server/terminals.py) with a named ``Disconnect``.
+expiry, pure) and writes what the session answers (a ``refresh``'s token is verified here, off
+the loop, by the upgrade's verifier and cache, then judged by the session); the frame, priority
+and heartbeat writes are the writer's (server/writer.py), the pings keepalive's
+(server/keepalive.py), the drain its driver's (server/drain.py); every way out ends in the
+registry's one idempotent ``teardown`` (server/terminals.py) with a named ``Disconnect``.
 """
 
 from __future__ import annotations
@@ -24,14 +26,16 @@ from websockets.exceptions import ConnectionClosed, ConnectionClosedOK
 from monotape.clock import Clock
 from monotape.config import ServerConfig
 from monotape.histograms import StageRecorder
-from monotape.platform.auth import TokenVerifier
+from monotape.platform.auth import AuthError, Claims, TokenVerifier
 from monotape.platform.core.budget import Overrun
 from monotape.platform.core.conflation import Frame
 from monotape.platform.core.disconnect import Close, Disconnect
 from monotape.platform.core.drain import Drain
 from monotape.platform.core.fanout import SubscriptionIndex
+from monotape.platform.core.glass import GlassLedger
+from monotape.platform.core.planner import Pacer
 from monotape.platform.core.sequencer import Sequencer
-from monotape.platform.core.session import Session, SessionRules
+from monotape.platform.core.session import Received, Session, SessionRules
 from monotape.platform.core.snapshots import FailureSink, SnapshotCache
 from monotape.platform.model import Instrument, Tick
 from monotape.platform.server.connection import Connection
@@ -39,9 +43,10 @@ from monotape.platform.server.control import TerminalSocket
 from monotape.platform.server.drain import DrainDriver
 from monotape.platform.server.keepalive import glass_loop, in_glass_cohort, keepalive_loop
 from monotape.platform.server.terminals import FanoutStats, Terminals
-from monotape.platform.server.upgrade import UpgradeGate
+from monotape.platform.server.upgrade import UpgradeGate, refuse_in_band, select_subprotocol
 from monotape.platform.server.writer import Writer
 from monotape.platform.wire import codec
+from monotape.platform.wire.requests import Refresh
 
 __all__ = ["FanoutServer"]
 
@@ -67,6 +72,7 @@ class FanoutServer:
         self.sequencer = sequencer
         self.terminals = Terminals()
         self.snapshots = SnapshotCache(sequencer.published)
+        self.terminals.pacer = Pacer(self.snapshots)  # max_hz < 25 terminals' boundaries
         self.writer = Writer(cfg, clock, self.terminals, self.snapshots, priority)
         self.drainer = DrainDriver(cfg, clock, self.terminals)
         self._ids = {inst.key: inst.iid for inst in universe}
@@ -77,6 +83,7 @@ class FanoutServer:
             requests_per_s=cfg.requests_per_s,
             request_burst=cfg.request_burst,
             errors=self.terminals.stats.request_errors,
+            glass=self.terminals.glass,
         )
         self._next_id = itertools.count(1)
         self._hello = codec.ws_binary_frame(
@@ -109,6 +116,11 @@ class FanoutServer:
     @property
     def stats(self) -> FanoutStats:
         return self.terminals.stats
+
+    @property
+    def glass(self) -> GlassLedger:
+        """What terminals reported dropping (``report``): counters and the last offender."""
+        return self.terminals.glass
 
     @property
     def cohort(self) -> set[int]:
@@ -201,6 +213,8 @@ class FanoutServer:
             # control frames charged to a per-terminal budget where websockets parses them, and
             # a CLOSE message before every close frame of a failed connection (control.py)
             create_connection=TerminalSocket,
+            # monotape.v2 when a browser offers it; its bearer.<jwt> entry is never echoed
+            select_subprotocol=select_subprotocol,
         )
         sock = next(iter(self._server.sockets))
         port: int = sock.getsockname()[1]
@@ -250,12 +264,39 @@ class FanoutServer:
 
     def _arm_expiry(self, conn: Connection) -> None:
         assert conn.session is not None
+        if conn.expiry is not None:
+            conn.expiry.cancel()  # a refresh moved the expiry
+            conn.expiry = None
         left = conn.session.expires_in_s(self.clock.wall_ns() / 1e9)
         if left is not None:
             conn.expiry = asyncio.get_running_loop().call_later(left, self._expire, conn.conn_id)
 
+    async def _refresh(self, conn: Connection, session: Session, request: Refresh) -> Received:
+        """Verify a refresh's token off the loop (the upgrade's verifier and cache), let the
+        session judge it, and re-arm the expiry timer if it was taken."""
+        verifier = self.gate.verifier
+        grant: Claims | str
+        if verifier is None:
+            grant = "no token on this session"
+        else:
+            try:
+                grant = await verifier.verify(request.token)
+            except AuthError as exc:
+                grant = exc.reason
+        before = session.expires_at_s
+        received = session.refreshed(
+            request.req, grant, self.clock.wall_ns() / 1e9, self.clock.now_ns()
+        )
+        if session.expires_at_s != before and conn.conn_id in self.terminals.connections:
+            self._arm_expiry(conn)
+        return received
+
     # -- per connection ------------------------------------------------------------------------
     async def _serve_connection(self, ws: ServerConnection) -> None:
+        refusal = self.gate.refusal_for(ws)
+        if refusal is not None:  # a browser's refused upgrade: told in-band, nothing else
+            await refuse_in_band(ws, refusal)
+            return
         conn_id = next(self._next_id)
         now = self.clock.now_ns()
         claims = self.gate.claims_for(ws)
@@ -265,6 +306,8 @@ class FanoutServer:
             self.terminals.index,
             opened_ns=now,
             expires_at_s=claims.exp if claims is not None else None,
+            subject=claims.sub if claims is not None else None,
+            admin=claims.admin if claims is not None else False,
         )
         conn = Connection(
             conn_id,
@@ -293,7 +336,13 @@ class FanoutServer:
             async for message in ws:
                 if conn_id not in terminals.connections:
                     break  # torn down under us (write error, kick): queued requests are moot
-                received = session.receive(message, self.clock.now_ns())
+                received = session.receive(
+                    message, self.clock.now_ns(), wall_s=self.clock.wall_ns() / 1e9
+                )
+                if received.refresh is not None:
+                    received = await self._refresh(conn, session, received.refresh)
+                    if conn_id not in terminals.connections:
+                        break  # torn down while its token was verified
                 if received.answer is not None:
                     writer.answer(conn, codec.ws_binary_frame(received.answer))
                 if received.hydrate:

@@ -23,7 +23,8 @@ Every descriptor is validated (``TypeError``, ``ValueError`` for a negative one,
 
 ``python_send_many`` is the fallback with the same API and results (a socket object wrapped
 around each fd for one ``sendmsg``); ``NATIVE`` says whether the extension was built, and
-``choose(native)`` is how the server's configuration switches the native writer off.
+``choose(native)`` is how the server's configuration switches the native writer off (``native``
+gives the writer the extension or None, ``describe`` says which for the start-up line).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ __all__ = [
     "Shortfall",
     "choose",
     "describe",
+    "native",
     "python_send_many",
     "remainder",
     "send_many",
@@ -173,6 +175,12 @@ def choose(native: bool) -> SendMany:
     if native and _native_send_many is not None:
         return _native_send_many
     return python_send_many
+
+
+def native(enabled: bool) -> SendMany | None:
+    """The extension's ``send_many`` when ``enabled`` and built, else None: what the server's
+    writer runs its native path with (None: the transport path, byte for byte today's)."""
+    return _native_send_many if enabled else None
 
 
 def describe(native: bool) -> str:

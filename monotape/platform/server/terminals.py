@@ -22,6 +22,8 @@ from websockets.protocol import State
 
 from monotape.platform.core.disconnect import Close, Disconnect
 from monotape.platform.core.fanout import SubscriptionIndex
+from monotape.platform.core.glass import GlassLedger
+from monotape.platform.core.planner import Pacer
 from monotape.platform.server.connection import Connection
 from monotape.platform.server.control import TerminalProtocol
 from monotape.platform.wire import codec
@@ -65,6 +67,10 @@ class Terminals:
         self.behind: set[int] = set()  # connections with queued frames or a gap
         self.cohort: set[int] = set()  # connections sampled for glass pings
         self.pings: dict[int, tuple[int, asyncio.Future[float]]] = {}  # keepalive, unanswered
+        # the rate groups' memory of what changed since their boundary (core/planner.py); the
+        # server sets it once it has a snapshot cache
+        self.pacer: Pacer | None = None
+        self.glass = GlassLedger()  # what terminals' own guards reported dropping
         self.gone_frames = 0  # written to connections that have since left
         self.gone_bytes = 0
         self.gone_drops = 0

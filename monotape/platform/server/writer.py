@@ -9,12 +9,23 @@ never costs the others their frame (MEASURED: the uvloop write-after-eof trap).
 
 The same for the order-ticket path (``publish_priority``), heartbeats and the answers to
 requests (``answer``: never dropped with the data).
+
+The native writer (``server.native_writer``, issue 13): the per-terminal Python work around
+``transport.write`` is what a delivered frame costs once payloads are shared, so terminals that
+are open, not behind and whose transport holds nothing are gathered per payload group and written
+by one ``send_many`` call (server/sendmany.py: a C loop, one non-blocking send per socket, GIL
+released). A socket that takes less than the whole payload hands the exact remainder to its
+transport (then the ring), and stays on that path until its transport has drained; a socket the
+kernel refuses is torn down with a named reason. Off (or not built), the transport path runs
+alone, as before. The loop, and why the fd may be written behind the transport's back:
+server/sendloop.py.
 """
 
 from __future__ import annotations
 
 import enum
 import functools
+import itertools
 from collections.abc import Callable, Sequence
 from typing import Final
 
@@ -29,7 +40,10 @@ from monotape.platform.core.disconnect import Disconnect
 from monotape.platform.core.planner import NO_IIDS, gap_snapshot, plan_frame, written_iids
 from monotape.platform.core.snapshots import FailureSink, SnapshotCache
 from monotape.platform.model import Tick
+from monotape.platform.server import sendmany
 from monotape.platform.server.connection import Connection, WriteFailed
+from monotape.platform.server.sendloop import Failed, SendLoop
+from monotape.platform.server.sendmany import SendMany
 from monotape.platform.server.terminals import Terminals
 from monotape.platform.wire import codec
 
@@ -74,6 +88,20 @@ class Writer:
         self.control_limits = ControlLimits(
             cfg.control_frames_per_s, cfg.control_frames_burst, cfg.max_queued_bytes
         )
+        # The native send loop (server/sendloop.py), or None: the transport path alone
+        # (switched off, or not built).
+        native = sendmany.native(cfg.native_writer)
+        self.sendloop: SendLoop | None = None if native is None else self.send_loop(native)
+
+    def send_loop(self, send_many: SendMany) -> SendLoop:
+        """A native send loop over ``send_many`` (tests pass sendmany.python_send_many: the
+        same loop through the fallback)."""
+        return SendLoop(send_many, self.terminals, self.cfg.write_high_water, self._written_now)
+
+    @property
+    def native(self) -> bool:
+        """Whether the native send loop is in use (the monotape_native_writer gauge)."""
+        return self.sendloop is not None
 
     # -- the fan-out ---------------------------------------------------------------------------
     def publish_frame(self, frame: Frame) -> int:
@@ -87,7 +115,7 @@ class Writer:
         index = terminals.index
         self.last_frame_no = frame.frame_no
         terminals.stats.frames += 1
-        plan = plan_frame(frame, index, self.failures)
+        plan = plan_frame(frame, index, self.failures, terminals.pacer)
         terminals.stats.payloads_last = len(plan.payloads)
         now_ns = self.clock.now_ns
         published = now_ns()
@@ -98,11 +126,25 @@ class Writer:
         behind = terminals.behind
         high_water = self.cfg.write_high_water
         written = Delivery.WRITTEN
-        failed: list[int] = []  # sockets that refused bytes: torn down after the loop
+        failed: Failed = []  # sockets that refused bytes: torn down after the loop
+        written_sigs: list[int] = []
+        sendloop = self.sendloop
+        if sendloop is not None:
+
+            def stamp(count: int) -> None:  # ``count`` terminals written now
+                latencies.extend(itertools.repeat(now_ns() - published, count))
+
+            for wire, conn_ids, sig in plan.payloads:
+                if sendloop.send(wire, conn_ids, failed, stamp):
+                    written_sigs.append(sig)
+            self._teardown_failed(failed)
+            self.written_iids = written_iids(plan, written_sigs, index)
+            terminals.stats.frame_writes += len(latencies)
+            self.flush_behind()
+            return published
         # The fast path is the whole point of the tier (MEASURED: ~6 µs per pre-framed write):
         # a connection that is open, not behind and has room gets the shared bytes straight away;
         # anything else takes deliver's ordered path (ring, gap, closing).
-        written_sigs: list[int] = []
         for wire, conn_ids, sig in plan.payloads:
             size = len(wire)
             before = len(latencies)
@@ -124,7 +166,7 @@ class Writer:
                     transport.write(wire)
                 except Exception:  # the uvloop write-after-eof trap: this connection only
                     conn.closing = True  # nothing more for it in this loop
-                    failed.append(cid)
+                    failed.append((cid, Disconnect.WRITE_ERROR))
                     continue
                 conn.frames_sent += 1
                 conn.bytes_sent += size
@@ -191,7 +233,9 @@ class Writer:
         now_ns = self.clock.now_ns
         latencies = self._priority_ns
         written = Delivery.WRITTEN
-        failed: list[int] = []
+        failed: Failed = []
+        sendloop = self.sendloop
+        connections = terminals.connections
         for tick in applied:
             if not has_priority(tick.iid):  # the common case: no order ticket holds it
                 continue
@@ -203,8 +247,13 @@ class Writer:
                     self.failures.record("priority", exc, iid=tick.iid)
                 continue
             admitted = tick.admitted_ns
+            if sendloop is not None:
+                stamp = functools.partial(self._priority_written, admitted)
+                sendloop.send(wire, targets, failed, stamp)
+                terminals.stats.priority_sent += sum(1 for cid in targets if cid in connections)
+                continue
             for cid in targets:
-                conn = terminals.connections.get(cid)
+                conn = connections.get(cid)
                 if conn is not None:
                     if self._deliver(conn, wire, failed) is written:
                         n = self._priority_n
@@ -214,6 +263,17 @@ class Writer:
                             self.flush_priority()
                     terminals.stats.priority_sent += 1
         self._teardown_failed(failed)
+
+    def _priority_written(self, admitted_ns: int, count: int) -> None:
+        """``count`` priority writes handed to the kernel now: one value each."""
+        value = self.clock.now_ns() - admitted_ns
+        latencies = self._priority_ns
+        for _ in range(count):
+            n = self._priority_n
+            latencies[n] = value
+            self._priority_n = n + 1
+            if n + 1 == PRIORITY_BUFFER:  # bounded: a burst is handed on early
+                self.flush_priority()
 
     def flush_priority(self) -> int:
         """Hand the priority latencies gathered since the last call to the ``priority`` sink
@@ -230,7 +290,11 @@ class Writer:
 
     def publish_heartbeat(self, wall_ms: int) -> None:
         wire = codec.ws_binary_frame(codec.encode_heartbeat(self.last_frame_no, wall_ms))
-        failed: list[int] = []
+        failed: Failed = []
+        if self.sendloop is not None:
+            self.sendloop.send(wire, tuple(self.terminals.connections), failed, None)
+            self._teardown_failed(failed)
+            return
         for conn in tuple(self.terminals.connections.values()):
             self._deliver(conn, wire, failed)
         self._teardown_failed(failed)
@@ -248,12 +312,12 @@ class Writer:
 
     def deliver(self, conn: Connection, wire: bytes) -> Delivery:
         """Data bytes (a snapshot) to one connection, outside a fan-out loop."""
-        failed: list[int] = []
+        failed: Failed = []
         delivery = self._deliver(conn, wire, failed)
         self._teardown_failed(failed)
         return delivery
 
-    def _deliver(self, conn: Connection, wire: bytes, failed: list[int]) -> Delivery:
+    def _deliver(self, conn: Connection, wire: bytes, failed: Failed) -> Delivery:
         if conn.closing or conn.ws.protocol.state is not OPEN:
             # A close is under way (ours or the terminal's): its own path tears the connection
             # down and names the reason; a write now would only mislabel it as a write error.
@@ -262,14 +326,17 @@ class Writer:
             written = conn.deliver(wire)
         except WriteFailed:
             conn.closing = True  # nothing more for it until the loop's teardowns run
-            failed.append(conn.conn_id)
+            failed.append((conn.conn_id, Disconnect.WRITE_ERROR))
             return Delivery.REFUSED
         if not written:
             self.terminals.behind.add(conn.conn_id)
             return Delivery.QUEUED
         return Delivery.WRITTEN
 
-    def _teardown_failed(self, failed: list[int]) -> None:
+    def _written_now(self, conn: Connection, wire: bytes, failed: Failed) -> bool:
+        return self._deliver(conn, wire, failed) is Delivery.WRITTEN
+
+    def _teardown_failed(self, failed: Failed) -> None:
         teardown = self.terminals.teardown
-        for cid in failed:
-            teardown(cid, Disconnect.WRITE_ERROR)
+        for cid, reason in failed:
+            teardown(cid, reason)

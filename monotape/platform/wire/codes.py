@@ -12,7 +12,10 @@ from typing import Final
 __all__ = ["PROTOCOL_VERSION", "CloseCode", "CodecError", "ErrorCode", "Kind"]
 
 # 2: the REFUSED message (per-key answers), unknown kinds skipped, arrays exact. A v1 client
-# would close on kind 9 (v1 called any unknown kind malformed), hence the bump.
+# would close on kind 9 (v1 called any unknown kind malformed), hence the bump. Still 2 with
+# the refresh, report and rate requests, ERROR 11 and close 1013: new request types (an older
+# server answers INVALID_REQUEST), no new server message kind, nothing an existing client reads
+# differently.
 PROTOCOL_VERSION: Final = 2
 
 
@@ -43,6 +46,7 @@ class ErrorCode(IntEnum):
     NOT_SUBSCRIBED = 8  # per key: priority on a symbol not subscribed
     INVALID_REQUEST = 9  # schema / validation failure: the whole request is refused
     MALFORMED_KEY = 10  # per key: not VENUE:SYMBOL by the key grammar (REFUSED only)
+    TOKEN_REJECTED = 11  # refresh: invalid, expired, another subject, or wider claims
 
 
 class CloseCode(IntEnum):
@@ -59,6 +63,10 @@ class CloseCode(IntEnum):
     POLICY_VIOLATION = 1008  # rate limit, too many errors, slow consumer, budgets, token expiry
     MESSAGE_TOO_BIG = 1009  # library: over the WebSocket message limit (max_message_bytes)
     INTERNAL_ERROR = 1011  # keepalive timeout (as websockets' own keepalive), a server fault
+    # An upgrade refused in-band (a browser offered monotape.v2 and cannot read an HTTP 503 or
+    # 429: it sees 1006): IANA's "Try Again Later", the hint is the Retry-After the HTTP answer
+    # would have carried.
+    TRY_AGAIN_LATER = 1013
 
 
 class CodecError(ValueError):

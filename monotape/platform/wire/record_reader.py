@@ -2,7 +2,7 @@
 
 ``decode_message`` runs for every FRAME in every terminal SDK. The unrolled reader
 (``_read_record_fast``) is deliberate and measured: 1.69 against 2.20 µs per record inside a
-40-record FRAME (docs/benchmarks.md, bench/bench_codec.py, whose frozen copy of the reader
+40-record FRAME (docs/benchmarks.md, bench/micro/bench_codec.py, whose frozen copy of the reader
 before it is the peer of every row and must decode identical records). Every record it does not
 cover, malformed ones included, falls back to ``_read_record``, which says exactly what is
 wrong.

@@ -8,7 +8,7 @@ them back.
 Measured with timeit on the shared 2 vCPU dev box (CPython 3.11, noisy, min of 5 runs):
 ``encode_delta_record`` 1.45-1.6 µs (21 bytes, ns seq), ``encode_full_record`` ~1.8 µs. The
 table fast paths are deliberate and measured: 0.97 against 4.54 µs per delta record (update-id
-seqs; docs/benchmarks.md), by bench/bench_codec.py against a frozen copy of the encoder before
+seqs; docs/benchmarks.md), by bench/micro/bench_codec.py against a frozen copy of the encoder before
 them, the peer of every row, which must produce identical bytes.
 """
 

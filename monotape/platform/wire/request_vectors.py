@@ -16,12 +16,18 @@ from monotape.platform.wire.message_vectors import INSTRUMENTS, REFUSED_KEYS
 from monotape.platform.wire.messages import Refusal
 from monotape.platform.wire.requests import (
     MAX_REQUEST_BYTES,
+    Rate,
+    Refresh,
+    Report,
     Request,
     SetPriority,
     Subscribe,
     Unsubscribe,
     encode_request,
 )
+
+# A JWT's shape (three base64url parts); its signature is not checked by a codec
+_TOKEN = "eyJhbGciOiJFUzI1NiJ9.eyJzdWIiOiJkZXNrLTcifQ.c2ln"
 
 __all__ = ["request_cases"]
 
@@ -34,8 +40,23 @@ def request_cases() -> dict[str, Any]:
         ("unsubscribe", Unsubscribe(req=2, keys=["XNAS:AAPL"])),
         ("priority_on", SetPriority(req=3, keys=["CME:ESZ5"])),
         ("priority_off", SetPriority(req=4, keys=["CME:ESZ5"], on=False)),
+        ("refresh", Refresh(req=10, token=_TOKEN)),
+        ("report", Report(req=11, regressions=0, gaps=2)),
+        (
+            "report_with_last",
+            Report(req=12, regressions=3, gaps=0, last=("XNAS:AAPL", 7, 1001, 7, 998)),
+        ),
+        ("rate_float", Rate(req=13, max_hz=12.5)),
+        ("rate_float_whole", Rate(req=14, max_hz=5.0)),
     ]
     enc = msgspec.msgpack.encode
+    # Written by hand: max_hz as a msgpack int (a JavaScript encoder writes 5 as one), and a
+    # report's counts past 2**53 (uint64 on the wire: BigInt in JavaScript)
+    raw_good: list[tuple[str, dict[str, Any]]] = [
+        ("rate_int", {"type": "rate", "req": 15, "max_hz": 5}),
+        ("rate_one", {"type": "rate", "req": 16, "max_hz": 1}),
+        ("report_u64", {"type": "report", "req": 17, "regressions": 2**64 - 1, "gaps": 2**53 + 1}),
+    ]
     bad: list[tuple[str, bytes | str, ErrorCode, int, str]] = [
         ("text", '{"type":"subscribe"}', ErrorCode.TEXT_NOT_ALLOWED, 0, ""),
         ("too_large", b"\x00" * (MAX_REQUEST_BYTES + 1), ErrorCode.TOO_LARGE, 0, ""),
@@ -99,12 +120,83 @@ def request_cases() -> dict[str, Any]:
             9,
             "`x`",
         ),
+        (
+            "refresh_no_token",
+            enc({"type": "refresh", "req": 20}),
+            ErrorCode.INVALID_REQUEST,
+            20,
+            "`token`",
+        ),
+        (
+            "refresh_empty_token",
+            enc({"type": "refresh", "req": 21, "token": ""}),
+            ErrorCode.INVALID_REQUEST,
+            21,
+            "$.token",
+        ),
+        (
+            "refresh_token_not_a_string",
+            enc({"type": "refresh", "req": 22, "token": 7}),
+            ErrorCode.INVALID_REQUEST,
+            22,
+            "$.token",
+        ),
+        (
+            "report_negative",
+            enc({"type": "report", "req": 23, "regressions": -1, "gaps": 0}),
+            ErrorCode.INVALID_REQUEST,
+            23,
+            "$.regressions",
+        ),
+        (
+            "report_no_gaps",
+            enc({"type": "report", "req": 24, "regressions": 1}),
+            ErrorCode.INVALID_REQUEST,
+            24,
+            "`gaps`",
+        ),
+        (
+            "report_last_too_short",
+            enc({"type": "report", "req": 25, "regressions": 1, "gaps": 0, "last": ["A:B", 1]}),
+            ErrorCode.INVALID_REQUEST,
+            25,
+            "$.last",
+        ),
+        (
+            "report_unknown_field",
+            enc({"type": "report", "req": 26, "regressions": 1, "gaps": 0, "x": 1}),
+            ErrorCode.INVALID_REQUEST,
+            26,
+            "`x`",
+        ),
+        (
+            "rate_not_offered",
+            enc({"type": "rate", "req": 27, "max_hz": 4}),
+            ErrorCode.INVALID_REQUEST,
+            27,
+            "$.max_hz",
+        ),
+        (
+            "rate_zero",
+            enc({"type": "rate", "req": 28, "max_hz": 0.0}),
+            ErrorCode.INVALID_REQUEST,
+            28,
+            "$.max_hz",
+        ),
+        (
+            "rate_as_string",
+            enc({"type": "rate", "req": 29, "max_hz": "5"}),
+            ErrorCode.INVALID_REQUEST,
+            29,
+            "$.max_hz",
+        ),
     ]
     return {
         "good": [
             {"name": n, "input": msgspec.to_builtins(r), "hex": encode_request(r).hex()}
             for n, r in good
-        ],
+        ]
+        + [{"name": n, "input": d, "hex": enc(d).hex()} for n, d in raw_good],
         "judged": _judged(),
         "bad": [
             {

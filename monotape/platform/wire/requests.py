@@ -1,5 +1,9 @@
 """Client -> server requests: decoded strictly, then judged key by key (docs/wire.md, Requests).
 
+Six kinds: ``subscribe``, ``unsubscribe`` and ``priority`` name keys; ``refresh`` (a fresh
+token on the open connection), ``report`` (what the terminal's guard dropped: the glass audit)
+and ``rate`` (the terminal's ``max_hz``) name none and are the session's (core/session.py).
+
 Two stages, so that one bad key never costs a terminal its good ones:
 
 1. ``decode_request``: the message's *shape*. One binary WebSocket message holding a msgpack map
@@ -26,10 +30,15 @@ from monotape.platform.wire.codes import ErrorCode
 from monotape.platform.wire.messages import MAX_KEY_TEXT, Refusal
 
 __all__ = [
+    "MAX_HZ",
     "MAX_KEYS",
     "MAX_PRIORITY_KEYS",
     "MAX_REQUEST_BYTES",
     "Key",
+    "KeyRequest",
+    "Rate",
+    "Refresh",
+    "Report",
     "Request",
     "RequestError",
     "Ruling",
@@ -52,6 +61,11 @@ MAX_PRIORITY_KEYS: Final = 16  # an order ticket holds a handful of symbols
 # refused on its own, never the request around it.
 Key = Annotated[str, Meta(max_length=MAX_KEY_TEXT)]
 ReqId = Annotated[int, Meta(ge=0, le=2**32 - 1)]
+U64 = Annotated[int, Meta(ge=0)]  # msgpack holds at most a uint64: that bound is the format's
+
+# max_hz -> k: a terminal at max_hz gets every k-th boundary of the 40 ms grid (25 Hz), those
+# with frame_no % k == 0, so terminals of one rate share payloads (docs/wire.md, rate).
+MAX_HZ: Final[dict[float, int]] = {25.0: 1, 12.5: 2, 5.0: 5, 2.5: 10, 1.0: 25}
 
 
 class Subscribe(msgspec.Struct, tag="subscribe", forbid_unknown_fields=True, frozen=True):
@@ -70,7 +84,46 @@ class SetPriority(msgspec.Struct, tag="priority", forbid_unknown_fields=True, fr
     on: bool = True
 
 
-Request = Subscribe | Unsubscribe | SetPriority
+class Refresh(msgspec.Struct, tag="refresh", forbid_unknown_fields=True, frozen=True):
+    """A fresh token for the open session (verified like the upgrade's; ERROR 11 if not taken).
+    Its length is bounded by the request limit here and by ``auth.max_token_bytes`` when it is
+    verified."""
+
+    req: ReqId
+    token: Annotated[str, Meta(min_length=1)]
+
+
+class Report(
+    msgspec.Struct, tag="report", forbid_unknown_fields=True, frozen=True, omit_defaults=True
+):
+    """The terminal's guard, cumulative since the connection opened: records dropped as
+    regressions (at or below the held version) and gaps (a delta on the wrong base); ``last``
+    the last regression: [key, held_epoch, held_seq, got_epoch, got_seq]."""
+
+    req: ReqId
+    regressions: U64
+    gaps: U64
+    last: tuple[Key, U64, U64, U64, U64] | None = None
+
+
+class Rate(msgspec.Struct, tag="rate", forbid_unknown_fields=True, frozen=True):
+    """The terminal's maximum frame rate: one of ``MAX_HZ`` (an int or a float on the wire)."""
+
+    req: ReqId
+    max_hz: float
+
+    def __post_init__(self) -> None:
+        if self.max_hz not in MAX_HZ:  # msgspec turns this into a ValidationError at $.max_hz
+            raise ValueError("max_hz must be one of 25, 12.5, 5, 2.5, 1 - at `$.max_hz`")
+
+    @property
+    def k(self) -> int:
+        """Every k-th boundary of the 40 ms grid."""
+        return MAX_HZ[self.max_hz]
+
+
+KeyRequest = Subscribe | Unsubscribe | SetPriority  # judged key by key (``judge``)
+Request = Subscribe | Unsubscribe | SetPriority | Refresh | Report | Rate
 
 
 class RequestError(ValueError):
@@ -86,7 +139,8 @@ class RequestError(ValueError):
 _ENCODER: Final = msgspec.msgpack.Encoder()
 _DECODER: Final = msgspec.msgpack.Decoder(Request)
 _FLAT: Final = msgspec.msgpack.Decoder()
-# type, req, keys: a map of exactly three entries cannot name a field twice (all are required).
+# type, req, keys (or token, or max_hz): a map of exactly three entries cannot name a field twice
+# (all three are required). A report has four or five: always decoded strictly.
 _REQUIRED_FIELDS: Final = 3
 
 
@@ -209,7 +263,7 @@ def _refusal(key: str, code: ErrorCode, reason: str) -> Refusal:
 
 
 def judge(
-    request: Request,
+    request: KeyRequest,
     ids: Mapping[str, int],
     subscribed: Set[int],
     priority: Set[int],

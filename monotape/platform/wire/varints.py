@@ -3,8 +3,8 @@
 Prices are int64 and delta prices wrap modulo 2**64, so every varint fits in 10 bytes and a
 client in any language can use plain int64/uint64 arithmetic.
 
-The lookup tables are deliberate and measured (bench/bench_codec.py, bench/bench_wire.py): they
-carry ``encode_delta_record`` for every dirty symbol every 40 ms.
+The lookup tables are deliberate and measured (bench/micro/bench_codec.py and bench_wire.py):
+they carry ``encode_delta_record`` for every dirty symbol every 40 ms.
 """
 
 from __future__ import annotations

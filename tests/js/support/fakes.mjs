@@ -45,12 +45,19 @@ export async function settle() {
   for (let i = 0; i < 20; i++) await Promise.resolve();
 }
 
+/** An unsigned JWT-shaped token expiring at `exp` (seconds): the SDK reads exp, never verifies. */
+export function fakeJwt(exp, sub = "alice") {
+  const b64 = (o) => Buffer.from(JSON.stringify(o)).toString("base64url");
+  return `${b64({ alg: "ES256", typ: "JWT" })}.${b64({ sub, exp })}.c2ln`;
+}
+
 export function fakeWebSocketClass() {
   class FakeWebSocket {
     static sockets = [];
 
-    constructor(url) {
+    constructor(url, protocols = []) {
       this.url = url;
+      this.protocols = typeof protocols === "string" ? [protocols] : [...protocols];
       this.binaryType = "blob";
       this.sent = [];
       this.closedWith = null;

@@ -95,6 +95,7 @@ export function msgpackValue(bytes) {
   const read = () => {
     const b = bytes[p++];
     if (b <= 0x7f) return b;
+    if (b >= 0xe0) return b - 256; // negative fixint
     if (b >= 0x80 && b <= 0x8f) return map(b & 0x0f);
     if (b >= 0x90 && b <= 0x9f) return arr(b & 0x0f);
     if (b >= 0xa0 && b <= 0xbf) return str(b & 0x1f);
@@ -104,6 +105,12 @@ export function msgpackValue(bytes) {
       case 0xcc: return bytes[p++];
       case 0xcd: return (p += 2), dv.getUint16(p - 2);
       case 0xce: return (p += 4), dv.getUint32(p - 4);
+      case 0xcf: {
+        const v = ((p += 8), dv.getBigUint64(p - 8)); // a Number where exact, else a BigInt
+        return v <= BigInt(Number.MAX_SAFE_INTEGER) ? Number(v) : v;
+      }
+      case 0xcb: return (p += 8), dv.getFloat64(p - 8);
+      case 0xc0: return null;
       case 0xd9: return str(bytes[p++]);
       case 0xda: return (p += 2), str(dv.getUint16(p - 2));
       case 0xdc: return (p += 2), arr(dv.getUint16(p - 2));

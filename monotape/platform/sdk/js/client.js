@@ -5,23 +5,29 @@
 // onmessage, onclose).
 //
 // What a browser cannot do shapes the driver (docs/terminal.md, "Refused, and when to retry"):
-// it cannot read the HTTP status or Retry-After of a refused upgrade (it sees close 1006), so
-// the server's word arrives in band: a CLOSE message (code, reconnect_after_ms, reason) and the
-// close frame that repeats it (CloseEvent.code and .reason are readable). A connection closed
-// before its HELLO with a CLOSE message is a refusal; one closed with neither is an unexplained
-// failure and backs off by full jitter alone.
+// it cannot set headers on a WebSocket, so the token rides in the subprotocol list
+// (["monotape.v2", "bearer." + token]); and it cannot read the HTTP status or Retry-After of a
+// refused upgrade (it sees close 1006), so a node offered "monotape.v2" refuses in band: a CLOSE
+// message (code, reconnect_after_ms, reason) and the close frame that repeats it (CloseEvent.code
+// and .reason are readable), 1013 for "try again later", 1008 for a refused token. A connection
+// closed before its HELLO with a CLOSE message is a refusal; one closed with neither is an
+// unexplained failure and backs off by full jitter alone.
 
 import { Answers, KeysRefused, NotConnectedError, ServerError } from "./answers.js";
 import { CloseCode, decodeMessage, errorCodeName } from "./decoder.js";
 import { WireError } from "./errors.js";
-import { MAX_KEYS, MAX_PRIORITY_KEYS, encodePriority, encodeSubscribe, encodeUnsubscribe } from "./requests.js";
+import { MAX_HZ, MAX_KEYS, MAX_PRIORITY_KEYS, encodePriority, encodeRate, encodeSubscribe, encodeUnsubscribe } from "./requests.js";
 import { ReconnectPolicy, hintFromReason } from "./reconnect.js";
+import { GlassAudit, TokenRefresh } from "./upkeep.js";
+import { ClientStats } from "./stats.js";
 import { TerminalView } from "./view.js";
 
 /** Wire protocols this client speaks: 1 refuses a request whole (ERROR), 2 adds REFUSED. */
 export const PROTOCOLS = Object.freeze([1, 2]);
-/** Private close code proposed for an unauthorized token refused in band (docs/terminal.md). */
-export const CLOSE_UNAUTHORIZED = 4401;
+/** The subprotocol of wire protocol 2; the token rides beside it as "bearer.<token>". */
+export const SUBPROTOCOL = "monotape.v2";
+/** A refused token, in band: CLOSE before the HELLO with 1008 (the browser's 401). */
+export const CLOSE_UNAUTHORIZED = CloseCode.POLICY_VIOLATION;
 // A browser may close only with 1000 or 3000-4999 (WHATWG WebSockets, close()): where
 // docs/wire.md says 1002 (a malformed message) the client sends 4002; a connection it gives up
 // on (no hello, silent) is closed with 4000.
@@ -32,36 +38,12 @@ export const STATES = Object.freeze(["idle", "connecting", "connected", "backoff
 
 const chunks = (items, n) => Array.from({ length: Math.ceil(items.length / n) }, (_, i) => items.slice(i * n, i * n + n));
 
-export class ClientStats {
-  constructor() {
-    this.connects = 0; // connections that got a hello
-    this.reconnects = 0; // of which after the first
-    this.closes = 0; // connections that ended (not by close())
-    this.closesWithHint = 0;
-    this.refusedInBand = 0; // closed before the hello with the server's CLOSE: a refusal
-    this.unauthorized = 0; // ... whose code says the token was refused
-    this.connectErrors = 0; // closed before the hello with no word from the server (1006)
-    this.wireErrors = 0; // malformed messages: the connection is closed (4002)
-    this.errors = 0; // ERROR messages
-    this.refusedKeys = 0; // keys of our requests the server refused, each logged with why
-    this.resubscribed = 0;
-    /** @type {number | null} */ this.lastCloseCode = null;
-    /** @type {string | null} */ this.lastCloseReason = null;
-    /** @type {number | null} */ this.lastCloseHintMs = null;
-    /** @type {number | null} */ this.nextAttemptAt = null; // clock ms of the next attempt (backoff)
-    /** @type {string[]} */ this.log = []; // the last 32 things worth a person's look
-  }
-
-  note(line) {
-    this.log.push(line);
-    if (this.log.length > 32) this.log.shift();
-  }
-}
-
 export class TerminalClient {
   /**
    * @param {string} url ws:// or wss:// of the node
    * @param {{WebSocket: any, reconnect?: boolean, tokenProvider?: () => string | Promise<string>,
+   *   tokenIn?: "subprotocol" | "query", refreshToken?: () => string | Promise<string>,
+   *   maxHz?: number, reportIntervalMs?: number, wallClock?: () => number,
    *   view?: TerminalView, clock?: () => number, random?: () => number,
    *   timers?: {setTimeout: Function, clearTimeout: Function}, backoffBaseMs?: number,
    *   backoffCapMs?: number, stableAfterMs?: number, openTimeoutMs?: number,
@@ -75,6 +57,16 @@ export class TerminalClient {
     this.WebSocket = o.WebSocket;
     this.reconnect = o.reconnect ?? true;
     this.tokenProvider = o.tokenProvider ?? null;
+    // "query" (?token=) only for a node older than issue 15: URLs get logged, and a browser
+    // fails a connection that offered subprotocols when the node answers with none.
+    this.tokenIn = o.tokenIn ?? "subprotocol";
+    if (this.tokenIn !== "subprotocol" && this.tokenIn !== "query") throw new TypeError(`tokenIn: ${this.tokenIn}`);
+    this.refreshToken = o.refreshToken ?? null;
+    this.maxHz = o.maxHz ?? 25;
+    if (!MAX_HZ.includes(this.maxHz)) throw new RangeError(`maxHz ${this.maxHz} is not one of ${MAX_HZ.join(", ")}`);
+    this.reportIntervalMs = o.reportIntervalMs;
+    this.wallClock = o.wallClock ?? (() => Date.now());
+    this.random = o.random ?? Math.random;
     this.clock = o.clock ?? (() => performance.now());
     this.timers = o.timers ?? { setTimeout: globalThis.setTimeout.bind(globalThis), clearTimeout: globalThis.clearTimeout.bind(globalThis) };
     this.view = o.view ?? new TerminalView({ clock: this.clock });
@@ -126,23 +118,29 @@ export class TerminalClient {
     return promise;
   }
 
-  async attemptUrl() {
-    if (!this.tokenProvider) return this.url;
-    const u = new URL(this.url);
-    u.searchParams.set("token", await this.tokenProvider()); // browsers cannot set headers
-    return u.toString();
+  /** The socket of one attempt: the token in the subprotocol list (or, for an old node, the URL). */
+  async open(conn) {
+    const token = this.tokenProvider ? await this.tokenProvider() : null;
+    conn.token = token;
+    if (this.tokenIn === "query") {
+      if (!token) return new this.WebSocket(this.url);
+      const u = new URL(this.url);
+      u.searchParams.set("token", token);
+      return new this.WebSocket(u.toString());
+    }
+    return new this.WebSocket(this.url, token ? [SUBPROTOCOL, `bearer.${token}`] : [SUBPROTOCOL]);
   }
 
   async attempt() {
     this.retryTimer = null;
     if (this.closing) return;
     this.setState("connecting");
-    /** @type {{hello: import("./decoder.js").Hello | null, close: import("./decoder.js").Close | null, helloAt: number, lastMessageAt: number, timers: any[]}} */
-    const conn = { hello: null, close: null, helloAt: 0, lastMessageAt: this.clock(), timers: [] };
+    /** @type {{hello: import("./decoder.js").Hello | null, close: import("./decoder.js").Close | null, helloAt: number, lastMessageAt: number, timers: any[], token: string | null, upkeep: {stop: () => void}[]}} */
+    const conn = { hello: null, close: null, helloAt: 0, lastMessageAt: this.clock(), timers: [], token: null, upkeep: [] };
     this.conn = conn;
     let ws;
     try {
-      ws = new this.WebSocket(await this.attemptUrl());
+      ws = await this.open(conn);
     } catch (e) {
       this.stats.connectErrors += 1;
       this.stats.note(`connect failed: ${e}`);
@@ -243,6 +241,7 @@ export class TerminalClient {
     this.view.receive(hello);
     this.stats.connects += 1;
     if (this.stats.connects > 1) this.stats.reconnects += 1;
+    this.startUpkeep(conn);
     void this.restore(conn).then(() => {
       if (this.conn !== conn || this.closing) return;
       this.setState("connected");
@@ -250,7 +249,36 @@ export class TerminalClient {
     });
   }
 
-  /** Re-subscribe the watchlist (its snapshots re-hydrate the glass), then re-mark priority. */
+  /** The connection's own timers: the token refresh (with a refreshToken callback) and the glass audit. */
+  startUpkeep(conn) {
+    const request = (make, keys) => (this.conn === conn ? this.request(make, keys) : Promise.reject(new NotConnectedError()));
+    const note = (line) => this.stats.note(line);
+    if (this.refreshToken && conn.token) {
+      conn.upkeep.push(
+        new TokenRefresh({
+          token: conn.token,
+          fetchToken: this.refreshToken,
+          request,
+          timers: this.timers,
+          wallClock: this.wallClock,
+          random: this.random,
+          note,
+          onRefreshed: (token) => ((conn.token = token), (this.stats.tokenRefreshes += 1)),
+          onFailed: () => (this.stats.tokenRefreshFailures += 1),
+        }),
+      );
+    }
+    const onReported = () => (this.stats.reports += 1);
+    conn.upkeep.push(new GlassAudit({ stats: this.view.stats, request, timers: this.timers, note, intervalMs: this.reportIntervalMs, onReported }));
+    for (const u of conn.upkeep) u.start();
+  }
+
+  /** The token refresh of the open connection, if any (its `nextAt`: when it refreshes next). */
+  get tokenRefresh() {
+    return this.conn?.upkeep.find((u) => u instanceof TokenRefresh) ?? null;
+  }
+
+  /** Re-ask the rate, re-subscribe the watchlist (its snapshots re-hydrate the glass), re-mark priority. */
   async restore(conn) {
     const gone = [...this.view.held].filter((k) => !this.view.ids.has(k));
     if (gone.length) {
@@ -258,6 +286,7 @@ export class TerminalClient {
       this.stats.note(`dropped on reconnect (not in this node's dictionary): ${gone.slice(0, 5)}`);
     }
     try {
+      if (this.maxHz !== 25) await this.sendRate(this.maxHz);
       for (const keys of chunks([...this.view.held], MAX_KEYS)) {
         const answer = await this.settle((req) => encodeSubscribe(req, keys), keys);
         this.forget(answer.refused);
@@ -290,13 +319,15 @@ export class TerminalClient {
 
   ended(conn, ev) {
     for (const t of conn.timers) this.timers.clearTimeout(t);
+    for (const u of conn.upkeep) u.stop();
     this.conn = null;
     this.ws = null;
     this.answers.failAll();
     if (this.closing) return;
     const code = ev.code ?? CloseCode.ABNORMAL;
     const hintMs = conn.close?.reconnect_after_ms ?? hintFromReason(ev.reason);
-    // a refusal of the upgrade; a session closed at its token's expiry comes back after its hint
+    // 1008 before the hello is a refused token; after it (a session closed at its token's
+    // expiry, a policy kick) the connection simply comes back after its hint
     const unauthorized = !conn.hello && (code === CLOSE_UNAUTHORIZED || conn.close?.code === CLOSE_UNAUTHORIZED);
     let why = "close";
     this.stats.closes += 1;
@@ -314,12 +345,15 @@ export class TerminalClient {
       this.stats.connectErrors += 1;
       why = "error";
     }
+    const entry = { at: this.clock(), code, reason: ev.reason ?? "", hintMs, delayMs: null, why };
+    this.stats.closed(entry);
     if (!this.reconnect) {
       this.setState("closed");
       this.firstHello?.reject(new Error(`closed: ${code} ${ev.reason ?? ""}`));
       return;
     }
     const delay = this.policy.next({ hintMs, unauthorized, why });
+    entry.delayMs = delay;
     this.stats.nextAttemptAt = this.clock() + delay;
     this.setState("backoff");
     this.retryTimer = this.timers.setTimeout(() => void this.attempt(), delay);
@@ -349,6 +383,22 @@ export class TerminalClient {
     const answer = this.answers.expect(req, keys);
     ws.send(bytes);
     return answer;
+  }
+
+  async sendRate(maxHz) {
+    try {
+      await this.request((req) => encodeRate(req, maxHz), []);
+    } catch (e) {
+      if (e instanceof ServerError) this.stats.note(`rate ${maxHz} Hz refused: ${e.message}`); // an old node: 25 Hz
+      else throw e;
+    }
+  }
+
+  /** At most `maxHz` frames a second (one of 25, 12.5, 5, 2.5, 1), on this and every later connection. */
+  async setMaxHz(maxHz) {
+    encodeRate(0, maxHz); // the value is checked before it is kept
+    this.maxHz = maxHz;
+    if (this.conn?.hello) await this.sendRate(maxHz);
   }
 
   /** Refused keys are not held: neither shown nor restored. */
@@ -410,4 +460,4 @@ export class TerminalClient {
   }
 }
 
-export { KeysRefused, NotConnectedError, ServerError };
+export { ClientStats, KeysRefused, NotConnectedError, ServerError };

@@ -43,6 +43,7 @@ export const ErrorCode = Object.freeze({
   NOT_SUBSCRIBED: 8,
   INVALID_REQUEST: 9,
   MALFORMED_KEY: 10,
+  TOKEN_REJECTED: 11, // refresh: invalid, expired, another subject, or wider claims
 });
 
 /** A code's name; a code from a newer server is shown by its number, never a failure. */

@@ -9,11 +9,15 @@ export { Fault, WireError } from "./errors.js";
 export { CloseCode, ErrorCode, Kind, PROTOCOL_VERSION, decodeMessage, errorCodeName } from "./decoder.js";
 export { applyRecord, decodeRecord, wrapInt64 } from "./records.js";
 export {
+  MAX_HZ,
   MAX_KEYS,
   MAX_PRIORITY_KEYS,
   MAX_REQUEST_BYTES,
   RequestError,
   encodePriority,
+  encodeRate,
+  encodeRefresh,
+  encodeReport,
   encodeRequest,
   encodeSubscribe,
   encodeUnsubscribe,
@@ -21,4 +25,14 @@ export {
 export { Source, TerminalView, VersionGuard, ViewStats, Verdict, compareVersions, formatPrice } from "./view.js";
 export { ReconnectPolicy, hintFromReason, nextDelay, parseRetryAfter } from "./reconnect.js";
 export { KeysRefused, NotConnectedError, ServerError } from "./answers.js";
-export { CLOSE_GAVE_UP, CLOSE_PROTOCOL_ERROR, CLOSE_UNAUTHORIZED, ClientStats, PROTOCOLS, STATES, TerminalClient } from "./client.js";
+export { GlassAudit, REFRESH_RETRY_MS, REPORT_INTERVAL_MS, TokenRefresh, refreshDelayMs, tokenExpiry } from "./upkeep.js";
+export {
+  CLOSE_GAVE_UP,
+  CLOSE_PROTOCOL_ERROR,
+  CLOSE_UNAUTHORIZED,
+  ClientStats,
+  PROTOCOLS,
+  STATES,
+  SUBPROTOCOL,
+  TerminalClient,
+} from "./client.js";

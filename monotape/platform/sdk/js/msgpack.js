@@ -259,6 +259,13 @@ export class MsgpackWriter {
     this.out.push(b ? 0xc3 : 0xc2);
   }
 
+  /** A float64 (0xcb), the form msgspec writes for every Python float. */
+  float64(x) {
+    const b = new Uint8Array(8);
+    new DataView(b.buffer).setFloat64(0, x);
+    this.out.push(0xcb, ...b);
+  }
+
   /** @param {number} kind a leading kind byte, or -1 for none */
   bytes(kind = -1) {
     return kind < 0 ? Uint8Array.from(this.out) : Uint8Array.from([kind, ...this.out]);

@@ -1,0 +1,210 @@
+"""The native writer's loop: one payload to a group of terminals in one ``send_many`` call.
+
+Once payloads are shared, what a delivered frame costs is the per-terminal Python work around
+``transport.write`` (loop, attribute reads, transport call, bookkeeping): 10.0-10.9 µs per frame
+for the bare Python floor against 8.0-8.8 µs for a C send loop in the same bench_fanout runs
+(issue 13). So the writer (server/writer.py) hands each payload group here: terminals that are
+open, not behind and whose transport holds nothing are gathered and written by one call of the
+C loop (server/sendmany.py: one non-blocking send per socket, GIL released); the others take
+the transport path exactly as the writer's own loop does. A socket that takes less than the
+whole payload hands the exact remainder to its transport (then the ring), and stays on that path
+until its transport has drained; a send the kernel refuses tears the terminal down with a named
+reason (``send_error_reason``), after the loop.
+"""
+
+from __future__ import annotations
+
+import errno
+import socket
+from collections.abc import Callable, Iterable
+from typing import Final, TypeAlias
+
+from websockets.protocol import State
+
+from monotape.platform.core.disconnect import Disconnect
+from monotape.platform.server.connection import Connection
+from monotape.platform.server.sendmany import SendMany, Shortfall
+from monotape.platform.server.terminals import Terminals
+
+__all__ = ["Deliver", "Failed", "SendLoop", "send_error_reason"]
+
+OPEN = State.OPEN
+# A send that would block queued nothing: the whole payload goes to the transport.
+_WOULD_BLOCK: Final = frozenset({errno.EAGAIN, errno.EWOULDBLOCK})
+# What a send says when the terminal is gone. On the transport path these end in the transport's
+# own connection_lost, so the terminal leaves as "connection_lost"; the native path names the
+# same reason. Any other errno (EBADF, ENOBUFS...) is the socket refusing bytes: "write_error".
+_PEER_GONE: Final = frozenset(
+    {
+        errno.ECONNRESET,
+        errno.ECONNABORTED,
+        errno.ENOTCONN,
+        errno.ETIMEDOUT,
+        errno.EHOSTUNREACH,
+        errno.ENETUNREACH,
+    }
+)
+# EPIPE says either. A terminal that closed (FIN) and then reset us while we still had frames for
+# it (Linux: a reset in CLOSE_WAIT is EPIPE, not ECONNRESET; measured: 2-5 of 40 terminals
+# closing at once) is gone: "connection_lost", as the transport path says. Our own side shut
+# (the write-after-eof trap) is "write_error", as the transport path says: the TCP state tells
+# them apart, these being the states after we sent our FIN (include/net/tcp_states.h).
+_WE_SENT_FIN: Final = frozenset({4, 5, 6, 9, 11})  # FIN_WAIT1/2, TIME_WAIT, LAST_ACK, CLOSING
+_TCP_INFO: Final = getattr(socket, "TCP_INFO", 0)
+# (connection id, why): the sockets that failed in a loop, torn down after it
+Failed: TypeAlias = list[tuple[int, Disconnect]]
+# The writer's ordered path for one terminal (ring, gap, closing): True when written now.
+Deliver: TypeAlias = Callable[[Connection, bytes, Failed], bool]
+
+
+def send_error_reason(err: int, fd: int = -1) -> Disconnect:
+    """The teardown reason for a send to ``fd`` that failed with ``err``."""
+    if err == errno.EPIPE:
+        return Disconnect.WRITE_ERROR if _we_shut(fd) else Disconnect.CONNECTION_LOST
+    return Disconnect.CONNECTION_LOST if err in _PEER_GONE else Disconnect.WRITE_ERROR
+
+
+def _we_shut(fd: int) -> bool:
+    """Whether the socket's TCP state says we sent our FIN (the fd stays open: detached)."""
+    if fd < 0 or not _TCP_INFO:
+        return False
+    try:
+        sock = socket.socket(fileno=fd)
+    except OSError:
+        return False
+    try:
+        return sock.getsockopt(socket.IPPROTO_TCP, _TCP_INFO, 8)[0] in _WE_SENT_FIN
+    except OSError:
+        return False
+    finally:
+        sock.detach()
+
+
+class SendLoop:
+    """``send`` one payload to a group of terminals; counts what the native path did."""
+
+    def __init__(
+        self, send_many: SendMany, terminals: Terminals, high_water: int, deliver: Deliver
+    ) -> None:
+        self.send_many = send_many  # the extension's; tests may pass the Python twin
+        self.terminals = terminals
+        self.high_water = high_water
+        self.deliver = deliver
+        self.writes = 0  # terminals a send_many call handed a whole payload or a part of it
+        self.handoffs = 0  # ...of which a part or nothing: the rest went to the transport
+        self.partials = 0  # ...of which a part: the kernel took the payload's first bytes
+        self.failures = 0  # sends the kernel refused: torn down
+
+    def send(
+        self,
+        wire: bytes,
+        conn_ids: Iterable[int],
+        failed: Failed,
+        stamp: Callable[[int], None] | None,
+    ) -> int:
+        """``wire`` to every connection of ``conn_ids``; returns how many were written now
+        (handed to the kernel or the transport), calling ``stamp(n)`` as they are.
+
+        Why sending to the fd behind the transport's back is safe, only in that state:
+        - ``get_write_buffer_size() == 0``: uvloop counts its own buffer plus libuv's write
+          queue (``write_queue_size + _buffer_size``), asyncio its buffer: every byte the
+          transport took is already in the kernel, so ours land after them, and nothing of the
+          transport's can follow ours out of order. websockets writes nothing of its own in
+          between either: it flushes its protocol's output inside the callbacks that make it.
+        - nothing runs between that check and the send: the gathering and the call are one
+          synchronous stretch of the event loop, so no callback can write to the transport or
+          close it, and the teardowns of this loop run after it (``failed``).
+        - ``is_closing()`` False: every way a transport closes (close, abort, a fatal read or
+          write error) marks it closing first and releases the fd later (connection_lost is
+          scheduled), so the fd is still this terminal's socket, never a number the kernel has
+          handed to a newer connection.
+        - MEASURED trap (uvloop write after write_eof: ``is_closing()`` still False):
+          websockets shuts the write side only once the protocol has left OPEN, which the state
+          check excludes; were it reached, the send fails with EPIPE, an errno: the terminal is
+          torn down, no crash, no SIGPIPE (MSG_NOSIGNAL).
+        - a part sent (or nothing, EAGAIN): the exact rest goes to ``transport.write`` while its
+          buffer is still empty, right behind the bytes the kernel took; from then on the
+          buffer holds bytes and the terminal stays on the transport path (then the ring) until
+          it has drained.
+        - TLS: never (``Connection.fd`` is -1: the socket carries records, not our bytes)."""
+        connections = self.terminals.connections
+        behind = self.terminals.behind
+        high_water = self.high_water
+        deliver = self.deliver
+        size = len(wire)
+        fds: list[int] = []
+        batch: list[Connection] = []
+        count = 0
+        for cid in conn_ids:
+            conn = connections.get(cid)
+            if conn is None:
+                continue
+            if cid in behind or conn.closing or conn.protocol.state is not OPEN:
+                if deliver(conn, wire, failed):
+                    count += 1
+                    if stamp is not None:
+                        stamp(1)
+                continue
+            transport = conn.transport
+            queued = transport.get_write_buffer_size()
+            if queued > high_water:
+                if deliver(conn, wire, failed):
+                    count += 1
+                    if stamp is not None:
+                        stamp(1)
+                continue
+            if queued or conn.fd < 0 or transport.is_closing():
+                try:  # the transport path: its buffer holds bytes, or the fd is not ours to use
+                    transport.write(wire)
+                except Exception:  # the uvloop write-after-eof trap: this connection only
+                    conn.closing = True
+                    failed.append((cid, Disconnect.WRITE_ERROR))
+                    continue
+                conn.frames_sent += 1
+                conn.bytes_sent += size
+                count += 1
+                if stamp is not None:
+                    stamp(1)
+                continue
+            fds.append(conn.fd)
+            batch.append(conn)
+            conn.frames_sent += 1  # counted now; a refused send takes it back (_hand_off)
+            conn.bytes_sent += size
+        if not fds:
+            return count
+        shortfalls = self.send_many(wire, fds)
+        sent = len(fds)
+        if shortfalls is not None:
+            sent -= self._hand_off(wire, shortfalls, batch, failed)
+        self.writes += len(fds)
+        if stamp is not None and sent:
+            stamp(sent)
+        return count + sent
+
+    def _hand_off(
+        self, wire: bytes, shortfalls: list[Shortfall], batch: list[Connection], failed: Failed
+    ) -> int:
+        """The terminals ``send_many`` left short: the exact rest of the payload to the
+        transport (whose buffer was empty: it follows the kernel's part directly), or, for a
+        send the kernel refused, a teardown after the loop. Returns how many got nothing."""
+        lost = 0
+        size = len(wire)
+        for index, sent, err in shortfalls:
+            conn = batch[index]
+            if not err or err in _WOULD_BLOCK:
+                self.handoffs += 1
+                self.partials += sent > 0
+                try:
+                    conn.transport.write(wire[sent:] if sent else wire)
+                    continue
+                except Exception:  # the uvloop write-after-eof trap: this connection only
+                    reason = Disconnect.WRITE_ERROR
+            else:
+                self.failures += 1
+                reason = send_error_reason(err, conn.fd)
+            conn.closing = True  # nothing more for it until the loop's teardowns run
+            conn.frames_sent -= 1
+            conn.bytes_sent -= size
+            failed.append((conn.conn_id, reason))
+            lost += 1
+        return lost

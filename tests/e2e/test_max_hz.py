@@ -1,0 +1,116 @@
+"""max_hz against the real node: a terminal at 5 Hz gets exactly the boundaries with
+frame_no % 5 == 0, full records only, and at each of them holds what a 25 Hz terminal holds
+(docs/wire.md, rate). Frame numbers are counted, never the time between them: the machine may
+be busy."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import websockets
+from websockets.asyncio.client import ClientConnection
+
+from monotape.platform.wire import codec
+from monotape.platform.wire.requests import Rate, Subscribe, encode_request
+from tests.conftest import RunningServer, ServerFactory
+
+pytestmark = [pytest.mark.e2e]
+
+Version = tuple[int, int]
+
+
+class Glass:
+    """One raw terminal: what it holds per symbol after each FRAME it got, by frame number."""
+
+    def __init__(self, ws: ClientConnection) -> None:
+        self.ws = ws
+        self.held: dict[int, Version] = {}
+        self.frames: dict[int, dict[int, Version]] = {}  # frame_no -> held after it
+        self.deltas = 0
+        self.full = 0
+
+    async def request(self, data: bytes, req: int) -> None:
+        await self.ws.send(data)
+        while True:
+            msg = codec.decode_message(await asyncio.wait_for(self.ws.recv(decode=False), 20))
+            self.apply(msg)
+            if isinstance(msg, codec.Error) and msg.req == req:
+                raise AssertionError(f"request {req} refused: {msg}")
+            if isinstance(msg, codec.Ack) and msg.req == req:
+                return
+
+    def apply(self, msg: codec.ServerMessage) -> None:
+        if isinstance(msg, codec.Snapshot):
+            for rec in msg.records:
+                self.held[rec.iid] = (rec.epoch, rec.seq)
+        elif isinstance(msg, codec.Frame):
+            for rec in msg.records:
+                if rec.has_base:
+                    self.deltas += 1
+                    assert self.held.get(rec.iid) == (rec.base_epoch, rec.base_seq), "a gap"
+                else:
+                    self.full += 1
+                version = (rec.epoch, rec.seq)
+                assert version >= self.held.get(rec.iid, (0, 0)), "older than held"
+                self.held[rec.iid] = version
+            self.frames[msg.frame_no] = dict(self.held)
+
+    async def read_until(self, frames: int) -> None:
+        while len(self.frames) < frames:
+            self.apply(codec.decode_message(await asyncio.wait_for(self.ws.recv(decode=False), 20)))
+
+
+async def _glass(server: RunningServer) -> Glass:
+    ws = await websockets.connect(
+        server.bare_url,
+        additional_headers={"Authorization": f"Bearer {server.token}"},
+        compression=None,
+        max_size=None,
+        open_timeout=20,
+    )
+    hello = codec.decode_message(await ws.recv(decode=False))
+    assert isinstance(hello, codec.Hello)
+    return Glass(ws)
+
+
+async def test_a_5_hz_terminal_gets_every_fifth_boundary_never_older_than_25_hz(
+    server_factory: ServerFactory,
+) -> None:
+    server = server_factory.start("--rate", "20000")
+    fast = await _glass(server)
+    slow = await _glass(server)
+    probe = await websockets.connect(server.url, compression=None)
+    hello = codec.decode_message(await probe.recv(decode=False))
+    await probe.close()
+    assert isinstance(hello, codec.Hello)
+    keys = [i.key for i in hello.instruments[:120]]  # busy enough that every frame moves some
+    # the slow one takes its rate before it subscribes: full records from its first frame
+    await slow.request(encode_request(Rate(req=1, max_hz=5)), 1)
+    await fast.request(encode_request(Subscribe(req=1, keys=keys)), 1)
+    await slow.request(encode_request(Subscribe(req=2, keys=keys)), 2)
+
+    async def follow() -> None:
+        await fast.read_until(110)  # ~100 frames of the 25 Hz terminal after the subscribes
+
+    slow_reader = asyncio.ensure_future(slow.read_until(10**9))
+    await follow()
+    slow_reader.cancel()
+    await asyncio.gather(slow_reader, return_exceptions=True)
+    for glass in (fast, slow):
+        await glass.ws.close()
+
+    got = sorted(slow.frames)
+    assert len(got) >= 10, f"the 5 Hz terminal got {len(got)} frames"
+    assert all(f % 5 == 0 for f in got), f"off-boundary frames: {[f for f in got if f % 5]}"
+    assert slow.deltas == 0 and slow.full > 0  # full records only
+    assert fast.deltas > 0
+    # exactly the 25 Hz terminal's boundaries with frame_no % 5 == 0, over the span both saw
+    lo, hi = got[0], min(got[-1], max(fast.frames))
+    expected = [f for f in sorted(fast.frames) if lo <= f <= hi and f % 5 == 0]
+    assert [f for f in got if f <= hi] == expected
+    # at each of them, never older than the 25 Hz terminal (here: the same versions)
+    for f in expected:
+        for iid, version in fast.frames[f].items():
+            assert slow.frames[f].get(iid, (0, 0)) >= version, f"frame {f}, iid {iid}"
+        assert slow.frames[f] == fast.frames[f]

@@ -1,0 +1,242 @@
+"""The native writer's loop on modelled sockets: for any schedule of full sockets, partial sends,
+EAGAIN and reads, every terminal's byte stream is the one the pure-Python transport path gives
+(never reordered, duplicated or lost); a refused send tears its terminal down by name.
+
+A terminal here is a kernel buffer with some room (what ``send`` and the transport's own write
+can put in it now) and the transport's buffer behind it; ``send_many`` is a model of the C loop
+over those same buffers, so both paths meet exactly the same sockets.
+"""
+
+from __future__ import annotations
+
+import errno
+from types import SimpleNamespace
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from websockets.protocol import State
+
+from monotape.clock import FakeClock
+from monotape.config import ServerConfig
+from monotape.platform.core.conflation import Frame, FrameRecord
+from monotape.platform.core.sequencer import Sequencer
+from monotape.platform.feeds.simulator import build_universe
+from monotape.platform.model import Tick
+from monotape.platform.server.connection import Connection
+from monotape.platform.server.endpoint import FanoutServer
+from monotape.platform.server.sendmany import Payload, Shortfall
+from tests.server.test_native_writer import check_stream
+
+HIGH_WATER = 4096
+
+
+class Socket:
+    """One terminal's socket: what reached the kernel, its room, and the transport's buffer."""
+
+    def __init__(self, room: int) -> None:
+        self.kernel = bytearray()
+        self.room = room
+        self.buffer = bytearray()
+        self.refuse = 0  # an errno every send meets (a vanished peer)
+
+    def take(self, data: bytes) -> int:
+        n = min(self.room, len(data))
+        self.kernel += data[:n]
+        self.room -= n
+        return n
+
+    def read(self, n: int) -> None:
+        """The terminal reads ``n`` bytes: room for more, and the transport flushes into it."""
+        self.room += n
+        if self.buffer:
+            taken = self.take(bytes(self.buffer))
+            del self.buffer[:taken]
+
+
+class Transport:
+    """The transport's behaviour that matters here: write tries the kernel first when its own
+    buffer is empty (asyncio and uvloop both), and keeps the rest."""
+
+    def __init__(self, sock: Socket) -> None:
+        self.sock = sock
+
+    def write(self, data: bytes) -> None:
+        if self.sock.refuse:
+            return  # a real transport fails on its own, later (connection_lost)
+        if not self.sock.buffer:
+            data = data[self.sock.take(data) :]
+        self.sock.buffer += data
+
+    def get_write_buffer_size(self) -> int:
+        return len(self.sock.buffer)
+
+    def get_extra_info(self, name: str) -> None:
+        return None
+
+    def is_closing(self) -> bool:
+        return False
+
+    def abort(self) -> None:
+        pass
+
+
+def model_send_many(sockets: dict[int, Socket]) -> object:
+    """``send_many`` over modelled sockets, with the C loop's results."""
+
+    def send_many(payload: Payload, fds: object) -> list[Shortfall] | None:
+        assert isinstance(payload, bytes)
+        short: list[Shortfall] = []
+        for i, fd in enumerate(fds):  # type: ignore[attr-defined]
+            sock = sockets[fd]
+            assert not sock.buffer, "send_many on a socket whose transport holds bytes"
+            if sock.refuse:
+                short.append((i, 0, sock.refuse))
+                continue
+            sent = sock.take(payload)
+            if sent < len(payload):
+                short.append((i, sent, 0 if sent else errno.EAGAIN))
+        return short or None
+
+    return send_many
+
+
+def _server(
+    native: bool, rooms: list[int], subs: list[list[int]]
+) -> tuple[FanoutServer, list[Socket]]:
+    clock = FakeClock()
+    universe = build_universe(venues=1, instruments=16, seed=1)
+    cfg = ServerConfig(write_high_water=HIGH_WATER, native_writer=False)
+    server = FanoutServer(cfg, universe, Sequencer(1), clock)
+    sockets: dict[int, Socket] = {}
+    for cid, (room, iids) in enumerate(zip(rooms, subs, strict=True), start=1):
+        sock = sockets[cid] = Socket(room)
+        ws = SimpleNamespace(
+            transport=Transport(sock),
+            protocol=SimpleNamespace(state=State.OPEN),
+            remote_address=("127.0.0.1", cid),
+        )
+        conn = Connection(
+            cid,
+            ws,
+            outbox_frames=8,
+            high_water=HIGH_WATER,
+            opened_ns=0,  # type: ignore[arg-type]
+        )
+        conn.fd = cid if native else -1
+        server.terminals.admit(conn)
+        server.index.subscribe(cid, iids)
+        server.index.set_priority(cid, iids[:1], True)
+    if native:
+        server.writer.sendloop = server.writer.send_loop(model_send_many(sockets))  # type: ignore[arg-type]
+    return server, [sockets[c] for c in sorted(sockets)]
+
+
+def _tick(iid: int, seq: int) -> Tick:
+    return Tick(iid, "XNAS", 1, seq, 0, 100 + seq, 101 + seq, 100 + seq, 1, "A", 0, 0)
+
+
+def _frame(frame_no: int, iids: list[int], seq: int) -> Frame:
+    return Frame(
+        frame_no,
+        frame_no * 40_000_000,
+        [FrameRecord(i, _tick(i, seq - 1), _tick(i, seq)) for i in iids],
+    )
+
+
+Step = tuple[list[int], list[int], bool]  # changed iids, bytes each terminal reads, priority
+
+
+def _play(native: bool, rooms: list[int], subs: list[list[int]], steps: list[Step]) -> list[bytes]:
+    server, sockets = _server(native, rooms, subs)
+    for k, (iids, reads, priority) in enumerate(steps, start=2):
+        if priority:
+            server.publish_priority([_tick(i, k) for i in iids])
+        server.publish_frame(_frame(k, iids, k))
+        for sock, n in zip(sockets, reads, strict=True):
+            sock.read(n)
+    for sock in sockets:  # the terminals read everything; the rings drain
+        for _ in range(64):
+            sock.read(1 << 20)
+            server.writer.flush_behind()
+    return [bytes(s.kernel) for s in sockets]
+
+
+terminals = st.integers(1, 5)
+
+
+@st.composite
+def scenarios(draw: st.DrawFn) -> tuple[list[int], list[list[int]], list[Step]]:
+    n = draw(terminals)
+    rooms = draw(st.lists(st.integers(0, 3000), min_size=n, max_size=n))
+    subs = draw(
+        st.lists(
+            st.lists(st.integers(0, 15), min_size=1, max_size=16, unique=True),
+            min_size=n,
+            max_size=n,
+        )
+    )
+    steps = draw(
+        st.lists(
+            st.tuples(
+                st.lists(st.integers(0, 15), min_size=1, max_size=16, unique=True).map(sorted),
+                st.lists(st.integers(0, 400), min_size=n, max_size=n),
+                st.booleans(),
+            ),
+            min_size=1,
+            max_size=40,
+        )
+    )
+    return rooms, subs, steps
+
+
+@settings(max_examples=100, deadline=None)
+@given(scenarios())
+def test_any_schedule_of_full_sockets_gives_the_python_paths_bytes(
+    scenario: tuple[list[int], list[list[int]], list[Step]],
+) -> None:
+    rooms, subs, steps = scenario
+    native = _play(True, rooms, subs, steps)
+    python = _play(False, rooms, subs, steps)
+    assert native == python
+    for stream in native:
+        check_stream(stream, bases=False)
+
+
+def test_a_partial_send_hands_the_exact_rest_and_stays_on_the_transport_until_drained() -> None:
+    server, (sock,) = _server(True, [10], [[1, 2, 3]])
+    loop = server.writer.sendloop
+    assert loop is not None
+    server.publish_frame(_frame(2, [1, 2, 3], 2))
+    assert loop.partials == 1 and len(sock.kernel) == 10 and sock.buffer  # cut mid-payload
+    writes = loop.writes
+    server.publish_frame(_frame(3, [1], 3))  # its transport holds bytes: not the native path
+    assert loop.writes == writes
+    sock.read(1 << 20)  # drained
+    server.publish_frame(_frame(4, [1], 4))
+    assert loop.writes == writes + 1  # native again
+    check_stream(bytes(sock.kernel), bases=False)
+
+
+def test_a_refused_send_tears_its_terminal_down_by_name_and_spares_the_others() -> None:
+    server, socks = _server(True, [1 << 20] * 3, [[1], [1], [1]])
+    socks[0].refuse = errno.ECONNRESET
+    socks[1].refuse = errno.EBADF
+    server.publish_frame(_frame(2, [1], 2))
+    assert dict(server.stats.disconnects) == {"connection_lost": 1, "write_error": 1}
+    assert list(server.connections) == [3]
+    assert socks[2].kernel and server.connections[3].frames_sent == 1
+    assert server.stats.frame_writes == 1 and len(server.write_latencies_ns) == 1
+    loop = server.writer.sendloop
+    assert loop is not None and loop.failures == 2
+
+
+def test_the_priority_path_and_heartbeats_use_the_native_loop_too() -> None:
+    server, (sock,) = _server(True, [1 << 20], [[1, 2]])
+    loop = server.writer.sendloop
+    assert loop is not None
+    server.publish_priority([_tick(1, 5)])  # an order ticket holds iid 1 (``_server``)
+    assert loop.writes == 1 and server.flush_priority() == 1
+    assert server.stats.priority_sent == 1
+    server.publish_heartbeat(0)
+    assert loop.writes == 2
+    check_stream(bytes(sock.kernel), bases=False)
