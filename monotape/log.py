@@ -18,13 +18,19 @@ import json
 import logging
 import sys
 import time
+from collections.abc import Callable
 from typing import Any, Final, TextIO
+from urllib.parse import urlsplit, urlunsplit
 
 __all__ = [
+    "LOG_EVERY_S",
     "HumanFormatter",
     "JsonFormatter",
+    "LogFn",
+    "Throttle",
     "configure",
     "log_event",
+    "redact",
     "set_stream",
 ]
 
@@ -151,3 +157,40 @@ def log_event(event: str, level: str = "info", **fields: Any) -> None:
     numeric = _LEVELS.get(level, logging.INFO)
     if LOGGER.isEnabledFor(numeric):
         LOGGER.log(numeric, event, extra={_FIELDS: fields, _EVENT: event})
+
+
+# A failure or a refusal that can repeat every 40 ms frame is logged at most once per key per
+# 10 s (with how many were held back): counted always, logged once in a while.
+LOG_EVERY_S = 10.0  # one line per key per 10 s, carrying how many were not logged since
+
+LogFn = Callable[..., None]
+
+
+class Throttle:
+    """Lets one event per key through every ``every_ns``; counts the ones it held back.
+
+    A state machine: the caller passes the (monotonic) time in."""
+
+    def __init__(self, every_ns: int) -> None:
+        if every_ns < 0:
+            raise ValueError(f"every_ns must be >= 0, got {every_ns}")
+        self.every_ns = every_ns
+        self._last: dict[str, int] = {}
+        self._held: dict[str, int] = {}
+
+    def allow(self, key: str, now_ns: int) -> int | None:
+        """None: hold this one back. Otherwise let it through; the int is how many events of
+        ``key`` were held back since the last one let through."""
+        last = self._last.get(key)
+        if last is not None and now_ns - last < self.every_ns:
+            self._held[key] = self._held.get(key, 0) + 1
+            return None
+        self._last[key] = now_ns
+        return self._held.pop(key, 0)
+
+
+def redact(url: str) -> str:
+    """The URL without its query (where a browser-style ``?token=`` would sit): what a log line
+    or a report may show of a URL."""
+    p = urlsplit(url)
+    return urlunsplit((p.scheme, p.netloc, p.path, "", ""))

@@ -16,6 +16,10 @@ Two processes per measurement, on loopback (127.0.0.1), bounded in time:
   - ``floor``: the same websockets handshake, then per frame one bare ``transport.write`` per
     connection of a pre-framed ``bytes`` object, byte for byte monotape's payload for that
     connection's signature (built before the measurement), so no encode and no planning;
+  - ``monotape-paced``: ``monotape`` with every tenth terminal at ``max_hz`` 5 (issue 15: a
+    wallboard or a slow link; set through the same index call a ``rate`` request makes once
+    every terminal has subscribed). Its row "server CPU per 40 ms frame" is compared with
+    ``monotape``'s: a slower terminal must cost the server less, not more;
   - ``c-floor``: the same bytes on the same sockets, written by the extension itself
     (``send_many``: one call per signature group over fd lists built at subscribe time): the
     C send loop, the floor under ``monotape-native``.
@@ -67,7 +71,7 @@ ROOT = Path(__file__).resolve().parents[2]
 FRAME_NS = 40_000_000
 SEED = 1
 CHANGE_SHARE = 0.25  # of the instruments change in each frame
-PY_VARIANTS = ("naive", "monotape", "monotape-native", "floor", "c-floor")
+PY_VARIANTS = ("naive", "monotape", "monotape-native", "monotape-paced", "floor", "c-floor")
 NODE_VARIANTS = {"node-ws-json": "json", "node-ws-shared": "shared"}  # bench/node/server.js
 VARIANTS = (
     "naive",
@@ -75,9 +79,11 @@ VARIANTS = (
     "node-ws-shared",
     "monotape",
     "monotape-native",
+    "monotape-paced",
     "floor",
     "c-floor",
 )
+PACED_SHARE, PACED_HZ = 10, 5.0  # every tenth terminal at max_hz 5 (k = 5)
 NATIVE_TARGET_VS_NODE = 1.4  # issue 13: >= 1.4x cheaper than node-ws-shared...
 NATIVE_TARGET_VS_C = 1.15  # ...and within 1.15x of the C send loop
 FULL_CONNECTIONS = (1000, 4200, 6000)
@@ -236,6 +242,22 @@ class _Monotape(_Bench):
 
 class _MonotapeNative(_Monotape):
     native = True
+
+
+class _MonotapePaced(_Monotape):
+    """Every ``PACED_SHARE``-th terminal moved to the k = 5 rate group once all have subscribed
+    (what its ``rate`` request would do: ``Session._rate`` calls the same ``set_rate``)."""
+
+    paced = False
+
+    def subscribed(self) -> int:
+        n = super().subscribed()
+        if n >= len(self.work.watchlists) and not self.paced:
+            k = round(25 / PACED_HZ)
+            for cid in sorted(self.server.connections)[::PACED_SHARE]:
+                self.server.index.set_rate(cid, k)
+            self.paced = True
+        return n
 
 
 class _WsBench(_Bench):
@@ -476,6 +498,7 @@ async def _serve(args: argparse.Namespace) -> None:
         "naive": _Naive,
         "monotape": _Monotape,
         "monotape-native": _MonotapeNative,
+        "monotape-paced": _MonotapePaced,
         "floor": _Floor,
         "c-floor": _CFloor,
     }[args.variant]
@@ -824,7 +847,9 @@ def _summarize(name: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
     feed_us = [r["server"]["feed_s"] * 1e6 / max(1, r["server"]["delivered"]) for r in runs]
     fan_us = [r["server"]["fanout_s"] * 1e6 / max(1, r["server"]["delivered"]) for r in runs]
     payload = [r["server"]["bytes"] / max(1, r["server"]["delivered"]) for r in runs]
+    per_boundary = [r["server"]["cpu_s"] * 1e6 / max(1, r["server"]["frames"]) for r in runs]
     return {
+        "boundary_us": median_min_max(per_boundary),
         "variant": name,
         "us": median_min_max(us),
         "fps": median_min_max(fps),
@@ -898,14 +923,14 @@ def _rows(
             parts.append(f"only {min(s['subscribed'], s['connected'])} connections subscribed")
         if s["late"]:
             parts.append(f"{s['late']} frames > 40 ms late")
-        if v in ("monotape", "monotape-native"):
+        if v in ("monotape", "monotape-native", "monotape-paced"):
             parts.append(f"target <= {TARGET_US:g} µs: {'met' if med <= TARGET_US else 'NOT met'}")
             parts.append(
                 f"of which sequencer {s['feed_us']:.2f} µs, publish_frame {s['fan_us']:.2f} µs"
             )
         if v == "monotape-native":
             parts += _native_targets(med, summary)
-        elif v == "monotape":
+        elif v in ("monotape", "monotape-paced"):
             pass
         elif v == "naive":
             parts.append(f"encode+send loop {s['fan_us']:.2f} µs")
@@ -948,6 +973,33 @@ def _rows(
                 note=f"client counted {s['client_fps']:,.0f}/s; 25 Hz demand {demand:,.0f}/s",
             )
         )
+    if "monotape-paced" in summary and "monotape" in summary:
+        # Issue 15: the same terminals with every tenth at max_hz 5 must cost the server less
+        # per 40 ms frame (not per delivered frame: the paced ones are delivered fewer frames).
+        base = summary["monotape"]["boundary_us"][0]
+        for v in ("monotape", "monotape-paced"):
+            med, lo, hi = summary[v]["boundary_us"]
+            note = (
+                "the peer: every terminal at 25 Hz"
+                if v == "monotape"
+                else (
+                    f"1 in {PACED_SHARE} terminals at max_hz {PACED_HZ:g}; "
+                    + ("costs less: met" if med < base else "costs less: NOT met")
+                )
+            )
+            out.append(
+                row(
+                    "fanout server CPU per 40 ms frame" + at,
+                    v,
+                    med,
+                    "µs/boundary",
+                    lo=lo,
+                    hi=hi,
+                    ratio=med / base if base else None,
+                    peer="monotape",
+                    note=note,
+                )
+            )
     return out
 
 

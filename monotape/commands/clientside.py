@@ -17,11 +17,12 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Final, NamedTuple
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from websockets.exceptions import InvalidHandshake, InvalidStatus, InvalidURI
 
 from monotape.config import Config
+from monotape.log import redact
 from monotape.platform.node.endpoints import Endpoints, connect_host, read_endpoints
 
 __all__ = [
@@ -45,12 +46,6 @@ _DEV_PRIVATE: Final = "dev-es256.pem"  # auth.keys.DEV_PRIVATE
 
 class ClientError(Exception):
     """A mistake a client command reports as one line (exit 2); ``str()`` says what to do."""
-
-
-def redact(url: str) -> str:
-    """The URL without its query (where a browser-style ``?token=`` would sit)."""
-    p = urlsplit(url)
-    return urlunsplit((p.scheme, p.netloc, p.path, "", ""))
 
 
 def _where(cfg: Config) -> str:

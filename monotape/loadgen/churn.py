@@ -40,11 +40,11 @@ import websockets
 from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-from monotape.commands.clientside import redact
 from monotape.loadgen.churn_plan import ChurnConfig, ChurnFailed, ChurnRefused, check_loopback
 from monotape.loadgen.churn_report import ChurnProgress, ChurnReport, Tally, print_progress
 from monotape.loadgen.rst import reset
 from monotape.loadgen.watchlists import zipf_watchlists
+from monotape.log import redact
 from monotape.platform.sdk.reconnect import parse_retry_after
 from monotape.platform.wire import codec
 from monotape.platform.wire.requests import MAX_KEYS, Subscribe, Unsubscribe, encode_request

@@ -27,7 +27,6 @@ import websockets
 from msgspec import Meta
 from websockets.exceptions import InvalidHandshake, InvalidStatus, InvalidURI
 
-from monotape.commands.clientside import redact
 from monotape.loadgen.churn import ChurnFailed, ChurnRefused, check_loopback
 from monotape.loadgen.launch import scrape, sum_samples
 from monotape.loadgen.merge import Lag, merge_results, sum_progress
@@ -35,6 +34,7 @@ from monotape.loadgen.report import LoadProgress, LoadReport, print_progress
 from monotape.loadgen.trace import Trace, plan_sessions
 from monotape.loadgen.watchlists import zipf_watchlists
 from monotape.loadgen.worker import Job, Knobs, WorkerResult, worker_main
+from monotape.log import redact
 from monotape.metric_names import (
     AUTH_CACHE_HITS,
     AUTH_CACHE_MISSES,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import random
 import struct
 
 import pytest
@@ -30,9 +31,9 @@ class TestSignature:
             subscription_signature([-1])
 
     @given(st.sets(st.integers(0, 65535), max_size=50), st.randoms(use_true_random=False))
-    def test_permutation_invariant(self, iids: set[int], rnd: object) -> None:
+    def test_permutation_invariant(self, iids: set[int], rnd: random.Random) -> None:
         items = list(iids)
-        rnd.shuffle(items)  # type: ignore[attr-defined]
+        rnd.shuffle(items)
         assert subscription_signature(items) == subscription_signature(sorted(iids))
 
 

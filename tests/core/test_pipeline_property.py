@@ -21,7 +21,7 @@ from monotape.clock import FakeClock
 from monotape.platform.core.outbox import Outbox
 from monotape.platform.core.sequencer import Sequencer
 from monotape.platform.feeds.epochs import MemoryEpochStore
-from monotape.platform.feeds.handler import make_handler_pair
+from monotape.platform.feeds.handler import FeedHandler, make_handler_pair
 from monotape.platform.feeds.simulator import VenueUpdate
 from monotape.platform.model import Instrument
 from monotape.platform.sdk.client import Quote, TerminalClient
@@ -50,7 +50,7 @@ def test_a_terminal_never_renders_an_older_price(
     clock = FakeClock()
     rng = random.Random(seed)
     store = MemoryEpochStore()
-    handlers = []
+    handlers: list[FeedHandler] = []
     for venue, has_ids in VENUES.items():
         handlers.extend(
             make_handler_pair(
@@ -63,8 +63,7 @@ def test_a_terminal_never_renders_an_older_price(
     rendered: dict[str, list[Quote]] = defaultdict(list)
     terminal = TerminalClient("ws://127.0.0.1:1/", on_render=lambda q: rendered[q.key].append(q))
     terminal._on_message(codec.Hello(1, "t", 40, 256, 8, UNIVERSE))
-    for inst in UNIVERSE:
-        terminal._held[inst.key] = None
+    terminal.screen.hold([inst.key for inst in UNIVERSE])
     ring = Outbox(2)  # small, so a stall overflows it within a few frames
     stalled = False
     update_id = itertools.count(1000)
@@ -131,7 +130,7 @@ def test_a_terminal_never_renders_an_older_price(
             advance(3)
             handlers[a].start()
         else:
-            stalled = a
+            stalled = bool(a)
             flush()
     stalled = False
     advance(600)  # past every lag and fence: the last updates reach the screen

@@ -95,7 +95,9 @@ def test_a_k_terminal_gets_only_its_boundaries_with_full_records_of_what_changed
     msg = codec.decode_message(_unframe(wire))
     assert isinstance(msg, codec.Frame) and conns == {2}
     assert [(r.iid, r.has_base) for r in msg.records] == [(2, False), (3, False)]
-    assert not plan.whole  # a rate group exists: not every chunk is in a 25 Hz payload
+    assert plan.whole  # terminal 1 (25 Hz) watches the same set: every chunk is in its payload
+    alone = Desk({1: ([1], 1), 2: ([2, 3], 5)})
+    assert not alone.step(100, [2]).whole  # 2 is watched by the k terminal alone
 
 
 def test_terminals_of_one_rate_and_one_set_share_one_payload() -> None:
@@ -158,3 +160,28 @@ def test_after_each_of_its_boundaries_a_k_terminal_holds_what_a_25_hz_terminal_h
         assert all(f % k == 0 for f in desk.frames[2])
         if frame_no % k == 0:
             assert desk.held[2] == desk.held[1], f"k={k} differs at boundary {frame_no}"
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    subs=st.dictionaries(
+        st.integers(1, 12),
+        st.tuples(st.lists(st.integers(0, 9), min_size=1, max_size=5), st.sampled_from([1, 5])),
+        min_size=1,
+        max_size=8,
+    ),
+    changed=st.lists(st.integers(0, 12), max_size=10),
+)
+def test_written_iids_are_exactly_the_chunks_some_25_hz_payload_carries(
+    subs: dict[int, tuple[list[int], int]], changed: list[int]
+) -> None:
+    desk = Desk(subs)
+    plan = desk.step(100, changed)
+    sigs = [sig for _wire, _conns, sig in plan.payloads]
+    index = desk.index
+    fast = set(written_iids(plan, sigs, index).tolist())
+    # the slow truth: the members of every 25 Hz signature written, among this frame's chunks
+    full_rate = {index.signature(cid) for cid, (_iids, k) in subs.items() if k == 1}
+    truth = {iid for sig in full_rate if sig is not None for iid in index.members(sig)}
+    assert fast == truth & set(plan.chunks)
+    assert plan.whole == (fast == set(plan.chunks))

@@ -13,7 +13,14 @@ from hypothesis import strategies as st
 from monotape.platform.core.disconnect import BAD_REQUESTS, REQUEST_FLOOD, TEXT_FRAME, Disconnect
 from monotape.platform.core.fanout import SubscriptionIndex
 from monotape.platform.core.glass import REPORT_CAP, REPORT_INTERVAL_NS, GlassLedger
-from monotape.platform.core.session import ERROR_WINDOW_NS, Received, Session, SessionRules
+from monotape.platform.core.session import (
+    ERROR_WINDOW_NS,
+    EXPIRY_RECHECK_S,
+    EXPIRY_SLACK_NS,
+    Received,
+    Session,
+    SessionRules,
+)
 from monotape.platform.wire import codec
 from monotape.platform.wire.codec import ErrorCode
 from monotape.platform.wire.codes import CloseCode
@@ -67,6 +74,7 @@ def _session(
         rules,
         index,
         opened_ns=0,
+        opened_wall_s=0.0,  # wall s * S = monotonic ns: both clocks start together
         expires_at_s=expires_at_s,
         subject=subject,
         admin=admin,
@@ -173,14 +181,15 @@ def test_too_many_bad_requests_close_but_mistakes_expire_after_a_minute() -> Non
 def test_token_expiry_is_decided_on_the_wall_time_given() -> None:
     session, _, _ = _session(expires_at_s=1_000.0)
     assert session.expires_in_s(990.0) == 10.0
-    assert session.expire(999.9) is None  # a timer that fired early: not yet
-    close = session.expire(1_000.0)
+    assert session.expire(999.9, 999 * S) is None  # a timer that fired early: not yet
+    close = session.expire(1_000.0, 1_000 * S)
     assert close is not None and close.reason is Disconnect.AUTH_EXPIRED
     assert close.code == CloseCode.POLICY_VIOLATION
     assert 500 <= close.reconnect_after_ms <= 5000  # jittered (issue 15), never a fixed 1000
     assert session.expires_in_s(2_000.0) == 0.0
     tokenless, _, _ = _session()
-    assert tokenless.expires_in_s(0.0) is None and tokenless.expire(1e12) is None
+    assert tokenless.expires_in_s(0.0) is None and tokenless.expire(1e12, 10**21) is None
+    assert tokenless.expiry_timer_s(0.0, 0) is None
 
 
 _keys = st.sampled_from([*IDS, "NOPE:X", "bad key", "XNAS:S1"])
@@ -232,12 +241,67 @@ def test_expired_sessions_get_jittered_hints_in_half_a_second_to_five() -> None:
     hints = []
     for seed in range(40):
         session, _, _ = _session(expires_at_s=1_000.0, seed=seed)
-        close = session.expire(1_000.0)
+        close = session.expire(1_000.0, 1_000 * S)
         assert close is not None and close.reason is Disconnect.AUTH_EXPIRED
         hints.append(close.reconnect_after_ms)
     assert all(500 <= h <= 5000 for h in hints)
     assert len(set(hints)) > 30, "hints bunch together"
     assert max(hints) - min(hints) > 3000, "hints do not spread over the window"
+
+
+def test_a_wall_clock_stepped_back_keeps_a_session_only_the_slack_past_its_deadline() -> None:
+    session, _, _ = _session(expires_at_s=1_000.0)  # opened at wall 0 s, monotonic 0
+    deadline = 1_000 * S  # when the wall clock said exp would come, on the monotonic clock
+    assert session.expiry_timer_s(0.0, 0) == 1_000.0
+    # the wall clock was stepped back an hour just before exp: by the wall, an hour to go
+    assert session.expire(1_000.0 - 3_600, deadline) is None
+    assert session.expiry_timer_s(1_000.0 - 3_600, deadline) == EXPIRY_SLACK_NS / S
+    assert session.expire(1_000.0 - 3_600, deadline + EXPIRY_SLACK_NS - 1) is None
+    close = session.expire(1_000.0 - 3_600, deadline + EXPIRY_SLACK_NS)
+    assert close is not None and close.reason is Disconnect.AUTH_EXPIRED
+    # a timer that fired early looks again no sooner than the recheck, however close exp is
+    assert session.expiry_timer_s(999.99, deadline, early=True) == EXPIRY_RECHECK_S
+    due = session.expiry_timer_s(999.99, deadline)
+    assert due is not None and due < EXPIRY_RECHECK_S
+
+
+def test_a_refresh_moves_the_monotonic_deadline_too() -> None:
+    session, _, _ = _session(expires_at_s=1_000.0, subject="desk-7")
+    assert session.refreshed(1, _Grant("desk-7", 1_900), 990.0, 990 * S).ack is not None
+    # past the old deadline and its slack, the wall clock stepped back: the new token holds
+    assert session.expire(1_000.0, 1_000 * S + EXPIRY_SLACK_NS) is None
+    assert session.expire(1_000.0, 1_900 * S + EXPIRY_SLACK_NS) is not None
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.floats(1.0, 100_000.0),
+    st.lists(st.floats(-3_600.0, 3_600.0), max_size=200),
+)
+def test_any_wall_clock_steps_end_the_session_by_the_bound_with_few_rearms(
+    ttl_s: float, steps: list[float]
+) -> None:
+    """The driver's loop on fake clocks: arm, fire when told, step the wall clock between
+    firings (back or forward), re-arm when told. It always ends, within the bound."""
+    session, _, _ = _session(expires_at_s=ttl_s)
+    now_ns, wall_s = 0, 0.0  # both clocks start together
+    deadline = round(ttl_s * S)
+    left = session.expiry_timer_s(wall_s, now_ns)
+    rearms = 0
+    while True:
+        assert left is not None and left >= 0.0
+        now_ns += round(left * S)  # the timer fires
+        wall_s += left + (steps[rearms] if rearms < len(steps) else 0.0)
+        close = session.expire(wall_s, now_ns)
+        if close is not None:
+            break
+        assert wall_s < ttl_s  # never kept open once the wall clock says exp has come
+        left = session.expiry_timer_s(wall_s, now_ns, early=True)
+        rearms += 1
+        assert rearms <= EXPIRY_SLACK_NS / S / EXPIRY_RECHECK_S + 2
+    assert now_ns <= deadline + EXPIRY_SLACK_NS + EXPIRY_RECHECK_S * S
+    # closed before the slack only because the wall clock said exp had come
+    assert wall_s >= ttl_s or now_ns >= deadline + EXPIRY_SLACK_NS
 
 
 # -- refresh -----------------------------------------------------------------------------------
@@ -269,13 +333,13 @@ def test_refresh_hands_the_token_to_the_driver_then_moves_the_expiry() -> None:
     assert taken.answer is None
     assert codec.decode_message(taken.ack or b"") == codec.Ack(req=3, subscribed=0, priority=0)
     assert session.expires_at_s == 1_900.0
-    assert session.expire(1_000.0) is None  # the old expiry no longer closes it
+    assert session.expire(1_000.0, 10 * S) is None  # the old expiry no longer closes it
     assert session.expires_in_s(1_000.0) == 900.0
     assert not errors
 
 
 def test_refresh_is_rejected_for_another_subject_wider_claims_or_an_old_exp() -> None:
-    cases = [
+    cases: list[tuple[_Grant | str, str]] = [
         (_Grant("desk-8", 1_900), "another subject"),
         (_Grant("desk-7", 1_900, admin=True), "wider claims"),
         (_Grant("desk-7", 990), "expired"),

@@ -23,13 +23,14 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
 from monotape.clock import FakeClock
+from monotape.log import Throttle
 from monotape.platform.bus.nats_bus import NatsTickBus
 from monotape.platform.feeds.epochs import MemoryEpochStore
 from monotape.platform.feeds.handler import FeedHandler
 from monotape.platform.feeds.simulator import VenueUpdate
 from monotape.platform.feeds.validate import UNKNOWN_VENUE, Refusal, TickGate, tick_problem
 from monotape.platform.model import Instrument, Tick
-from monotape.platform.node.failures import StageFailures, Throttle
+from monotape.platform.node.failures import StageFailures
 from monotape.platform.node.node import Node
 from monotape.platform.sdk.client import TerminalClient
 from monotape.platform.wire import codec

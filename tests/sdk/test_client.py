@@ -15,7 +15,7 @@ from websockets.http11 import Request as HttpRequest
 from websockets.http11 import Response as HttpResponse
 
 from monotape.platform.model import Instrument, Tick
-from monotape.platform.sdk.client import NotConnectedError, TerminalClient
+from monotape.platform.sdk.client import NotConnectedError, Quote, TerminalClient
 from monotape.platform.wire import codec
 from monotape.platform.wire.requests import SetPriority, Subscribe, Unsubscribe, decode_request
 from tests.conftest import until
@@ -80,6 +80,7 @@ class FakeServer:
             await ws.send(self.hello)
             async for message in ws:
                 req = decode_request(message)
+                assert isinstance(req, Subscribe | Unsubscribe | SetPriority), req
                 log.append(req)
                 iids = [KEYS.index(k) for k in req.keys]
                 sub = sum(1 for r in log if isinstance(r, Subscribe))
@@ -279,3 +280,33 @@ async def test_close_during_backoff_is_prompt(fake: FakeServer) -> None:
     with pytest.raises(ConnectionError):
         await task
     assert c.state == "closed"
+
+
+async def test_a_render_callback_that_raises_loses_no_quote(fake: FakeServer) -> None:
+    """``on_render`` runs after the whole message is applied: a callback that raises on one
+    quote must not cost the message's other quotes their callback or their place in the
+    queue. The error is logged, as an ``on_state`` one is."""
+    seen: list[str] = []
+
+    def render(q: Quote) -> None:
+        seen.append(q.key)
+        if len(seen) == 1:
+            raise ValueError("a bug in the desk's own code")
+
+    c = TerminalClient(fake.url, on_render=render)
+    await c.connect()
+    queued: list[str] = []
+
+    async def read() -> None:
+        async for q in c.updates():
+            queued.append(q.key)
+
+    reader = asyncio.create_task(read())
+    await asyncio.sleep(0)  # the iterator's queue exists before the snapshot comes
+    await c.subscribe(KEYS)  # one snapshot message with every key
+    await until(lambda: len(queued) == len(KEYS), "every quote of the snapshot in the queue")
+    assert sorted(seen) == sorted(queued) == KEYS
+    assert sorted(c.view) == KEYS
+    assert [e for e in c.stats.error_log if e.startswith("on_render raised ValueError")]
+    await c.close()
+    await reader

@@ -17,7 +17,14 @@ from monotape.platform.sdk.client import KeysRefused, ServerError, TerminalClien
 from monotape.platform.sdk.view import RESYNC_RETRY_NS
 from monotape.platform.wire import codec
 from monotape.platform.wire.codec import ErrorCode
-from monotape.platform.wire.requests import Request, SetPriority, Subscribe, decode_request, judge
+from monotape.platform.wire.requests import (
+    Request,
+    SetPriority,
+    Subscribe,
+    Unsubscribe,
+    decode_request,
+    judge,
+)
 from tests.conftest import until
 
 INSTRUMENTS = [Instrument(i, f"XT:S{i}", "XT", f"S{i}", 2, 1) for i in range(4)]
@@ -44,6 +51,7 @@ class ScriptedServer:
         self.port = 0
 
     def _as_a_node(self, req: Request, subs: set[int], prio: set[int]) -> list[bytes]:
+        assert isinstance(req, Subscribe | Unsubscribe | SetPriority), req  # what these tests send
         ruling = judge(
             req, IDS, subs, prio, max_subscriptions=self.max_subscriptions, max_priority=16
         )
@@ -165,6 +173,7 @@ async def test_unknown_kinds_and_codes_from_a_newer_server_do_not_break_the_clie
     def newer(req: Request, subs: set[int], prio: set[int]) -> list[bytes]:
         if req.req == 1:  # a kind this client does not know, then a normal answer
             return [b"\x2a" + msgspec.msgpack.encode([1, 2]), *scripted._as_a_node(req, subs, prio)]
+        # 99 is no ErrorCode on purpose: a code from a newer server, which this client must show
         return [codec.encode_error(99, "a reason from the future", req.req)]  # type: ignore[arg-type]
 
     scripted.answer = newer

@@ -23,7 +23,8 @@ SECRET = "a test secret of thirty-two bytes"  # the SDK never verifies: any key 
 S = 1_000_000_000
 
 
-def token(exp: float | None, **claims: object) -> str:
+def token(exp: object, **claims: object) -> str:
+    """A signed token whose ``exp`` is whatever the test needs, a number or not (None: none)."""
     payload: dict[str, object] = {"sub": "desk-7", **claims}
     if exp is not None:
         payload["exp"] = exp

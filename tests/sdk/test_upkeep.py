@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from typing import TypeVar
 
 import jwt
 import pytest
@@ -29,6 +30,8 @@ from monotape.platform.wire.requests import (
     decode_request,
 )
 from tests.conftest import until
+
+R = TypeVar("R")  # a request kind
 
 INSTRUMENTS = [Instrument(i, f"XT:S{i}", "XT", f"S{i}", 2, 1) for i in range(4)]
 KEYS = [i.key for i in INSTRUMENTS]
@@ -68,7 +71,7 @@ class SessionNode:
     def url(self) -> str:
         return f"ws://127.0.0.1:{self.port}/"
 
-    def of(self, kind: type[Request], conn: int = -1) -> list[Request]:
+    def of(self, kind: type[R], conn: int = -1) -> list[R]:
         return [r for r in self.requests[conn] if isinstance(r, kind)]
 
     def _answer(self, req: Request) -> list[bytes]:
@@ -130,6 +133,7 @@ def test_the_rates_the_node_takes(hz: float) -> None:
 @pytest.mark.parametrize("hz", [10, 0, -5, 4, 50, float("nan"), True, "5"])
 def test_any_other_rate_is_refused_in_the_constructor(hz: object) -> None:
     with pytest.raises(ValueError, match=r"max_hz must be one of 25, 12\.5, 5, 2\.5, 1"):
+        # not a float on purpose (True, "5"): the constructor's own check is under test
         TerminalClient("ws://127.0.0.1:1/", max_hz=hz)  # type: ignore[arg-type]
 
 
@@ -183,7 +187,7 @@ async def test_the_token_is_refreshed_on_the_open_connection(node: SessionNode) 
     await asyncio.wait_for(c.connect(), 10)
     await until(lambda: len(node.of(Refresh, 0)) >= 3, "three refreshes", timeout_s=30)
     sent = node.of(Refresh, 0)
-    assert [r.token for r in sent[:3]] == minted[:3]  # type: ignore[union-attr]
+    assert [r.token for r in sent[:3]] == minted[:3]
     assert c.stats.refreshes >= 3 and c.stats.refresh_failures == 0
     assert c.stats.connects == 1 and c.stats.reconnects == 0
     # a reconnect presents the latest token the node took, not the first one

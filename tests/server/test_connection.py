@@ -2,24 +2,26 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
+import asyncio
 from typing import Any
 
 import pytest
-from websockets.protocol import State
 
 from monotape.platform.server.connection import MAX_CONTROL_QUEUED, Connection, WriteFailed
+from tests.server.fakes import fake_ws
 
 
-class StuckTransport:
+class StuckTransport(asyncio.Transport):
     """A socket whose peer stopped reading: everything written stays buffered."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.buffered = 0
         self.writes: list[bytes] = []
         self.room = False
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes | bytearray | memoryview[Any]) -> None:
+        assert isinstance(data, bytes)
         self.writes.append(data)
         if not self.room:
             self.buffered += len(data)
@@ -27,21 +29,12 @@ class StuckTransport:
     def get_write_buffer_size(self) -> int:
         return self.buffered
 
-    def get_extra_info(self, name: str) -> Any:
-        return None
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return default
 
 
 def connection(transport: StuckTransport) -> Connection:
-    ws = SimpleNamespace(
-        transport=transport, protocol=SimpleNamespace(state=State.OPEN), remote_address=None
-    )
-    return Connection(
-        1,
-        ws,  # type: ignore[arg-type]
-        outbox_frames=4,
-        high_water=10,
-        opened_ns=0,
-    )
+    return Connection(1, fake_ws(transport, None), outbox_frames=4, high_water=10, opened_ns=0)
 
 
 def test_a_terminal_in_a_gap_still_gets_its_answers_in_order() -> None:

@@ -8,6 +8,7 @@ import os
 import struct
 from pathlib import Path
 
+import pytest
 from websockets.asyncio.client import connect
 
 from monotape.platform.node.node import Node
@@ -77,7 +78,9 @@ async def test_keepalive_off_leaves_a_silent_terminal_alone(tmp_path: Path) -> N
         await node.stop()
 
 
-async def test_a_ping_that_cannot_be_sent_does_not_stall_the_others(tmp_path: Path) -> None:
+async def test_a_ping_that_cannot_be_sent_does_not_stall_the_others(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """websockets' ping() waits for queued bytes to drain; one terminal whose ping never goes
     out must not keep every terminal after it from being pinged (and timed out)."""
     cfg = node_config(
@@ -98,7 +101,7 @@ async def test_a_ping_that_cannot_be_sent_does_not_stall_the_others(tmp_path: Pa
             await asyncio.Event().wait()
             raise AssertionError("unreachable")
 
-        node.server.connections[stuck_id].ws.ping = never_sent  # type: ignore[assignment,method-assign]
+        monkeypatch.setattr(node.server.connections[stuck_id].ws, "ping", never_sent)
         for _ in range(100):
             await asyncio.sleep(0.1)
             if silent_id not in node.server.connections:

@@ -17,8 +17,8 @@ import random
 import socket
 import struct
 from collections import Counter
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar, cast
 
 import pytest
 
@@ -33,12 +33,14 @@ from monotape.platform.wire import codec
 from monotape.platform.wire.requests import SetPriority, Subscribe, encode_request
 from tests.conftest import until
 
+T = TypeVar("T")
+
 FRAME_NS = 40_000_000
 IN_CI = os.environ.get("CI", "").lower() == "true"
 LOOPS = ["asyncio", "uvloop"]
 
 
-def _run(loop_name: str, main: Callable[[], Awaitable[Any]]) -> Any:
+def _run(loop_name: str, main: Callable[[], Coroutine[Any, Any, T]]) -> T:
     factory = None
     if loop_name == "uvloop":
         uvloop = pytest.importorskip("uvloop")
@@ -77,9 +79,11 @@ class Terminal(asyncio.Protocol):
         self.lost = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        # a stream's transport: uvloop's is an asyncio.Transport by duck type only (not a
+        # subclass), so a cast rather than an isinstance check
+        self.transport = stream = cast(asyncio.Transport, transport)
         key = "dGhlIHNhbXBsZSBub25jZQ=="
-        transport.write(  # type: ignore[attr-defined]
+        stream.write(
             (
                 f"GET {self.path} HTTP/1.1\r\nHost: 127.0.0.1:{self.port}\r\n"
                 "Upgrade: websocket\r\n"

@@ -6,10 +6,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from pathlib import Path
-from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
-from websockets.protocol import State
 
 from monotape.clock import FakeClock
 from monotape.config import ServerConfig
@@ -24,29 +23,32 @@ from monotape.platform.server.connection import Connection
 from monotape.platform.server.endpoint import FanoutServer
 from monotape.platform.server.writer import PRIORITY_BUFFER
 from tests.conftest import node_config
+from tests.server.fakes import fake_ws
 
 US = 1_000
 MS = 1_000_000
 WRITE_NS = 100 * US  # each write to a fake socket takes this long on the fake clock
 
 
-class FakeTransport:
+class FakeTransport(asyncio.Transport):
     """A socket that takes ``WRITE_NS`` per write (on the fake clock), or is full."""
 
     def __init__(self, clock: FakeClock, *, buffered: int = 0) -> None:
+        super().__init__()
         self.clock = clock
         self.buffered = buffered  # above the high-water mark: deliveries go to the ring
         self.writes: list[bytes] = []
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes | bytearray | memoryview[Any]) -> None:
+        assert isinstance(data, bytes)  # the shared, framed bytes: never a copy or a view
         self.clock.advance(WRITE_NS)
         self.writes.append(data)
 
     def get_write_buffer_size(self) -> int:
         return self.buffered
 
-    def get_extra_info(self, name: str) -> None:
-        return None
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return default
 
     def is_closing(self) -> bool:
         return False
@@ -61,18 +63,20 @@ def _server(clock: FakeClock, sink: Callable[[np.ndarray], None] | None) -> Fano
 
 
 def _connect(
-    server: FanoutServer, clock: FakeClock, subs: list[int], prio: list[int], *, buffered: int = 0
+    server: FanoutServer,
+    clock: FakeClock,
+    subs: list[int],
+    prio: list[int],
+    *,
+    buffered: int = 0,
+    transport: FakeTransport | None = None,
 ) -> FakeTransport:
-    transport = FakeTransport(clock, buffered=buffered)
-    ws = SimpleNamespace(
-        transport=transport,
-        protocol=SimpleNamespace(state=State.OPEN),
-        remote_address=("127.0.0.1", 1),
-    )
+    if transport is None:
+        transport = FakeTransport(clock, buffered=buffered)
     cid = len(server.connections) + 1
     server.connections[cid] = Connection(
         cid,
-        ws,  # type: ignore[arg-type]
+        fake_ws(transport),
         outbox_frames=64,
         high_water=server.cfg.write_high_water,
         opened_ns=clock.now_ns(),

@@ -9,12 +9,14 @@ over those same buffers, so both paths meet exactly the same sockets.
 
 from __future__ import annotations
 
+import asyncio
 import errno
-from types import SimpleNamespace
+from collections.abc import Callable, Iterable
+from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from websockets.protocol import State
 
 from monotape.clock import FakeClock
 from monotape.config import ServerConfig
@@ -24,7 +26,8 @@ from monotape.platform.feeds.simulator import build_universe
 from monotape.platform.model import Tick
 from monotape.platform.server.connection import Connection
 from monotape.platform.server.endpoint import FanoutServer
-from monotape.platform.server.sendmany import Payload, Shortfall
+from monotape.platform.server.sendmany import Payload, SendMany, Shortfall
+from tests.server.fakes import fake_ws
 from tests.server.test_native_writer import check_stream
 
 HIGH_WATER = 4096
@@ -53,14 +56,16 @@ class Socket:
             del self.buffer[:taken]
 
 
-class Transport:
+class Transport(asyncio.Transport):
     """The transport's behaviour that matters here: write tries the kernel first when its own
     buffer is empty (asyncio and uvloop both), and keeps the rest."""
 
     def __init__(self, sock: Socket) -> None:
+        super().__init__()
         self.sock = sock
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes | bytearray | memoryview[Any]) -> None:
+        data = bytes(data)  # the rest of a partial send comes as a slice
         if self.sock.refuse:
             return  # a real transport fails on its own, later (connection_lost)
         if not self.sock.buffer:
@@ -70,8 +75,8 @@ class Transport:
     def get_write_buffer_size(self) -> int:
         return len(self.sock.buffer)
 
-    def get_extra_info(self, name: str) -> None:
-        return None
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return default
 
     def is_closing(self) -> bool:
         return False
@@ -80,13 +85,13 @@ class Transport:
         pass
 
 
-def model_send_many(sockets: dict[int, Socket]) -> object:
+def model_send_many(sockets: dict[int, Socket]) -> SendMany:
     """``send_many`` over modelled sockets, with the C loop's results."""
 
-    def send_many(payload: Payload, fds: object) -> list[Shortfall] | None:
+    def send_many(payload: Payload, fds: Iterable[int]) -> list[Shortfall] | None:
         assert isinstance(payload, bytes)
         short: list[Shortfall] = []
-        for i, fd in enumerate(fds):  # type: ignore[attr-defined]
+        for i, fd in enumerate(fds):
             sock = sockets[fd]
             assert not sock.buffer, "send_many on a socket whose transport holds bytes"
             if sock.refuse:
@@ -101,7 +106,10 @@ def model_send_many(sockets: dict[int, Socket]) -> object:
 
 
 def _server(
-    native: bool, rooms: list[int], subs: list[list[int]]
+    native: bool,
+    rooms: list[int],
+    subs: list[list[int]],
+    send_many: Callable[[dict[int, Socket]], SendMany] = model_send_many,
 ) -> tuple[FanoutServer, list[Socket]]:
     clock = FakeClock()
     universe = build_universe(venues=1, instruments=16, seed=1)
@@ -110,24 +118,14 @@ def _server(
     sockets: dict[int, Socket] = {}
     for cid, (room, iids) in enumerate(zip(rooms, subs, strict=True), start=1):
         sock = sockets[cid] = Socket(room)
-        ws = SimpleNamespace(
-            transport=Transport(sock),
-            protocol=SimpleNamespace(state=State.OPEN),
-            remote_address=("127.0.0.1", cid),
-        )
-        conn = Connection(
-            cid,
-            ws,
-            outbox_frames=8,
-            high_water=HIGH_WATER,
-            opened_ns=0,  # type: ignore[arg-type]
-        )
+        ws = fake_ws(Transport(sock), ("127.0.0.1", cid))
+        conn = Connection(cid, ws, outbox_frames=8, high_water=HIGH_WATER, opened_ns=0)
         conn.fd = cid if native else -1
         server.terminals.admit(conn)
         server.index.subscribe(cid, iids)
         server.index.set_priority(cid, iids[:1], True)
     if native:
-        server.writer.sendloop = server.writer.send_loop(model_send_many(sockets))  # type: ignore[arg-type]
+        server.writer.sendloop = server.writer.send_loop(send_many(sockets))
     return server, [sockets[c] for c in sorted(sockets)]
 
 
@@ -240,3 +238,41 @@ def test_the_priority_path_and_heartbeats_use_the_native_loop_too() -> None:
     server.publish_heartbeat(0)
     assert loop.writes == 2
     check_stream(bytes(sock.kernel), bases=False)
+
+
+def test_a_send_many_that_raises_still_tears_down_the_terminal_refused_before() -> None:
+    calls = 0
+
+    def second_call_raises(sockets: dict[int, Socket]) -> SendMany:
+        model = model_send_many(sockets)
+
+        def send_many(payload: Payload, fds: Iterable[int]) -> list[Shortfall] | None:
+            nonlocal calls
+            calls += 1
+            if calls == 2:
+                raise TypeError("a bug in the middle of the frame")
+            return model(payload, fds)
+
+        return send_many
+
+    # two signatures: two payload groups, two send_many calls; the first refuses terminal 1
+    server, socks = _server(True, [1 << 20] * 3, [[1], [2], [2]], second_call_raises)
+    socks[0].refuse = errno.EBADF
+    with pytest.raises(TypeError):
+        server.publish_frame(_frame(2, [1, 2], 2))
+    assert dict(server.stats.disconnects) == {"write_error": 1}
+    assert list(server.connections) == [2, 3]  # the bug is raised, not taken for a write error
+    assert server.index.signature(1) is None
+    # nothing reached the kernel in the call that raised: nothing counted as sent
+    assert [server.connections[c].frames_sent for c in (2, 3)] == [0, 0]
+    assert server.sent_totals() == (0, 0)
+
+
+def test_a_terminal_refused_on_an_earlier_tick_is_not_counted_as_sent_again() -> None:
+    server, socks = _server(True, [1 << 20] * 2, [[1], [1]])  # both hold iid 1 as priority
+    socks[0].refuse = errno.EBADF
+    server.publish_priority([_tick(1, 5), _tick(1, 6), _tick(1, 7)])
+    assert list(server.connections) == [2]
+    # both terminals for the first tick (the refused one was there when it was sent), then one
+    assert server.stats.priority_sent == 4
+    assert server.flush_priority() == 3

@@ -82,7 +82,8 @@ def test_exported_per_stage_at_scrape_time() -> None:
     assert get(bucket, {"stage": "tick_to_write", "le": "0.08"}) == 2
     assert get(bucket, {"stage": "tick_to_write", "le": "+Inf"}) == 3
     assert get(f"{m.STAGE_DURATION}_count", {"stage": "tick_to_write"}) == 3
-    assert abs(get(f"{m.STAGE_DURATION}_sum", {"stage": "tick_to_write"}) - 0.157) < 1e-9
+    total = get(f"{m.STAGE_DURATION}_sum", {"stage": "tick_to_write"})
+    assert total is not None and abs(total - 0.157) < 1e-9
     assert get(f"{m.STAGE_DURATION}_count", {"stage": "decode"}) == 0  # every stage, from start
     text = generate_latest(registry).decode()
     assert f"# TYPE {m.STAGE_DURATION} histogram" in text

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import socket
 import struct
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import websockets
@@ -15,7 +17,7 @@ import websockets
 from monotape.platform.core.disconnect import Disconnect
 from monotape.platform.node.node import Node
 from monotape.platform.sdk.client import TerminalClient
-from tests.conftest import node_config
+from tests.conftest import node_config, until
 
 
 @pytest.fixture
@@ -39,12 +41,8 @@ def url(n: Node) -> str:
     return f"ws://127.0.0.1:{n.ws_port}/"
 
 
-async def until(predicate, timeout: float = 5.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not predicate():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.02)
+def _gone(c: TerminalClient) -> bool:
+    return not c.connected
 
 
 def assert_clean(n: Node) -> None:
@@ -65,7 +63,7 @@ async def test_graceful_close(node: Node) -> None:
     assert c.hello is not None
     await c.set_priority([i.key for i in c.hello.instruments[:2]])
     await c.close()
-    await until(lambda: not node.server.connections)
+    await until(lambda: not node.server.connections, "every terminal torn down")
     assert node.server.stats.disconnects["closed"] == 1
     assert_clean(node)
 
@@ -76,7 +74,7 @@ async def test_abrupt_reset(node: Node) -> None:
     c = await subscribed_client(node, sock=sock)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     sock.close()  # RST: the peer vanishes without a close frame
-    await until(lambda: not node.server.connections)
+    await until(lambda: not node.server.connections, "every terminal torn down")
     assert node.server.stats.disconnects["connection_lost"] == 1
     assert_clean(node)
     await c.close()
@@ -86,7 +84,7 @@ async def test_protocol_error(node: Node) -> None:
     ws = await websockets.connect(url(node), compression=None, max_size=2**23)
     await ws.recv()
     await ws.send("text is not the protocol")
-    await until(lambda: not node.server.connections)
+    await until(lambda: not node.server.connections, "every terminal torn down")
     assert node.server.stats.disconnects["protocol_error"] == 1
     assert_clean(node)
     await ws.close()
@@ -99,25 +97,26 @@ async def test_slow_consumer_kick(node: Node) -> None:
     c = await subscribed_client(node, count=256, sock=sock)
     assert c._ws is not None
     c._ws.transport.pause_reading()
-    await until(lambda: not node.server.connections, timeout=15)
+    await until(lambda: not node.server.connections, "the slow consumer kicked")
     assert node.server.stats.disconnects["slow_consumer"] == 1
     assert node.server.slow_consumer_drops() > 0
     assert_clean(node)
     await c.close()
 
 
-class WriteEofTransport:
+class WriteEofTransport(asyncio.Transport):
     """MEASURED trap: under uvloop, write() raises once the library began closing, while
     is_closing() still says False. Everything but write() goes to the real transport."""
 
     def __init__(self, real: asyncio.Transport) -> None:
+        super().__init__()
         self._real = real
         # write_eof() shut the socket's write side: the native writer's own send then fails with
         # EPIPE where the transport's write raises (server/sendloop.py)
         with socket.socket(fileno=os.dup(real.get_extra_info("socket").fileno())) as dup:
             dup.shutdown(socket.SHUT_WR)
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes | bytearray | memoryview[Any]) -> None:
         raise RuntimeError("Cannot call write() after write_eof()")
 
     def get_write_buffer_size(self) -> int:
@@ -135,7 +134,7 @@ async def test_write_error_and_teardown_twice(node: Node) -> None:
     bystander = await subscribed_client(node)
     victim_id = min(node.server.connections)
     victim = node.server.connections[victim_id]
-    victim.transport = WriteEofTransport(victim.transport)  # type: ignore[assignment]
+    victim.transport = WriteEofTransport(victim.transport)
     node.server.publish_heartbeat(0)  # the fan-out loop survives the one bad connection
     assert node.server.stats.disconnects["write_error"] == 1
     assert victim_id not in node.server.connections
@@ -145,10 +144,10 @@ async def test_write_error_and_teardown_twice(node: Node) -> None:
     assert node.server.teardown(victim_id, Disconnect.CLOSED) is False
     assert dict(node.server.stats.disconnects) == counted
     frames = bystander.stats.frames
-    await until(lambda: bystander.stats.frames > frames)
+    await until(lambda: bystander.stats.frames > frames, "the bystander fed on")
     await bystander.close()
     await c.close()
-    await until(lambda: not node.server.connections)
+    await until(lambda: not node.server.connections, "every terminal torn down")
     assert_clean(node)
 
 
@@ -164,6 +163,6 @@ async def test_server_shutdown(tmp_path: Path, drain_on_stop: bool, reason: str)
     assert n.server.stats.disconnects[reason] == 3
     assert_clean(n)
     for c in clients:
-        await until(lambda c=c: not c.connected)
+        await until(functools.partial(_gone, c), "the terminal told to go")
         assert c.close_message is not None and c.close_message.code == 1001
         await c.close()

@@ -3,18 +3,35 @@ a gap ended by a snapshot before anything else."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
 from monotape.clock import FakeClock
 from monotape.platform.core.conflation import Frame, FrameRecord
 from monotape.platform.model import Tick
+from monotape.platform.server.endpoint import FanoutServer
 from monotape.platform.wire import codec
-from tests.server.test_priority_stage import FakeTransport, _connect, _server
+from tests.server.test_priority_stage import FakeTransport, _connect, _server, _tick
 
 
 class BrokenTransport(FakeTransport):
     """The uvloop write-after-eof trap: open by every flag, and ``write`` raises."""
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes | bytearray | memoryview[Any]) -> None:
         raise RuntimeError("Cannot call write() after write_eof()")
+
+
+class Bug(Exception):
+    """Not a socket failure: something the writer's loops do not expect."""
+
+
+class BuggyTransport(FakeTransport):
+    """Raises what no write path catches, at the first look at its buffer."""
+
+    def get_write_buffer_size(self) -> int:
+        raise Bug("a bug in the middle of the loop")
 
 
 def _frame(frame_no: int, iids: list[int]) -> Frame:
@@ -34,10 +51,8 @@ def test_one_broken_socket_is_torn_down_after_the_loop_and_the_others_get_the_fr
     clock = FakeClock()
     server = _server(clock, None)
     a = _connect(server, clock, [1, 2], [])
-    _connect(server, clock, [1, 2], [])
+    _connect(server, clock, [1, 2], [], transport=BrokenTransport(clock))
     c = _connect(server, clock, [1, 2], [])
-    broken = BrokenTransport(clock)
-    server.connections[2].transport = broken  # type: ignore[assignment]
     server.publish_frame(_frame(3, [1, 2, 5]))
     assert 2 not in server.connections and server.index.signature(2) is None
     assert server.stats.disconnects == {"write_error": 1}
@@ -66,3 +81,50 @@ def test_a_gap_ends_in_a_snapshot_before_the_next_frame() -> None:
     assert isinstance(first, codec.Snapshot)  # never a delta against a base it lost
     assert server.stats.gap_snapshots == 1
     assert 1 not in server.terminals.behind
+
+
+def _frame_loop(server: FanoutServer) -> None:
+    server.publish_frame(_frame(3, [1, 2]))
+
+
+def _priority_loop(server: FanoutServer) -> None:
+    server.publish_priority([_tick(1, 1, 0), _tick(1, 2, 0)])
+
+
+def _heartbeat_loop(server: FanoutServer) -> None:
+    server.publish_heartbeat(0)
+
+
+@pytest.mark.parametrize(
+    "loop",
+    [_frame_loop, _priority_loop, _heartbeat_loop],
+    ids=["frame", "priority", "heartbeat"],
+)
+def test_a_loop_that_raises_midway_still_tears_down_the_terminals_that_failed_before(
+    loop: Callable[[FanoutServer], None],
+) -> None:
+    clock = FakeClock()
+    server = _server(clock, None)
+    _connect(server, clock, [1, 2], [1])
+    _connect(server, clock, [1, 2], [1], transport=BrokenTransport(clock))  # fails first
+    _connect(server, clock, [1, 2], [1], transport=BuggyTransport(clock))  # then this raises
+    with pytest.raises(Bug):
+        loop(server)
+    # the failed terminal is gone from the registry and every index, counted by its reason;
+    # left registered, the writer, keepalive and drain would skip it forever (it is closing)
+    assert 2 not in server.connections and server.index.signature(2) is None
+    assert 2 not in server.index.priority_connections(1) and 2 not in server.terminals.behind
+    assert server.stats.disconnects == {"write_error": 1}
+    assert list(server.connections) == [1, 3]  # the bug is raised, not taken for a write error
+
+
+def test_a_terminal_that_failed_on_an_earlier_tick_is_not_counted_as_sent_again() -> None:
+    clock = FakeClock()
+    server = _server(clock, None)
+    ok = _connect(server, clock, [1], [1])
+    _connect(server, clock, [1], [1], transport=BrokenTransport(clock))
+    server.publish_priority([_tick(1, 1, 0), _tick(1, 2, 0), _tick(1, 3, 0)])
+    assert len(ok.writes) == 3 and 2 not in server.connections
+    # both terminals for the first tick (the broken one was there when it was sent), then one
+    assert server.stats.priority_sent == 4
+    assert server.stats.priority_writes + server.flush_priority() == 3

@@ -35,6 +35,7 @@ def test_the_default_universe_obeys_the_grammar_and_every_key_subscribes() -> No
     for start in range(0, len(universe), 256):  # every key, through the real request path
         keys = [i.key for i in universe[start : start + 256]]
         request = decode_request(encode_request(Subscribe(req=1, keys=keys)))
+        assert isinstance(request, Subscribe)
         ruling = judge(
             request, ids, frozenset(), frozenset(), max_subscriptions=256, max_priority=8
         )

@@ -12,6 +12,7 @@ import pytest
 from monotape.platform.wire import codec, vectors
 from monotape.platform.wire.requests import (
     RequestError,
+    SetPriority,
     Subscribe,
     Unsubscribe,
     decode_request,
@@ -101,6 +102,7 @@ def test_judged_request_vectors(case: dict[str, Any]) -> None:
     held = frozenset(ids[k] for k in case["held"])
     prio = frozenset(ids[k] for k in case["priority"])
     request = decode_request(bytes.fromhex(case["request_hex"]))
+    assert isinstance(request, Subscribe | Unsubscribe | SetPriority)  # the judged kinds
     ruling = judge(
         request,
         ids,

@@ -106,7 +106,12 @@ _CLOSES: Final[dict[Disconnect, Close]] = {
     d: Close(d, code, text, hint)
     for d, code, text, hint in (
         (Disconnect.CLOSED, CloseCode.NORMAL, "closed", _BLAMELESS_HINT_MS),
-        (Disconnect.CONNECTION_LOST, CloseCode.INTERNAL_ERROR, "connection lost", 1000),
+        (
+            Disconnect.CONNECTION_LOST,
+            CloseCode.INTERNAL_ERROR,
+            "connection lost",
+            _BLAMELESS_HINT_MS,
+        ),
         (
             Disconnect.PROTOCOL_ERROR,
             CloseCode.PROTOCOL_ERROR,

@@ -63,8 +63,8 @@ class SubscriptionIndex:
     connection with no subscriptions has no signature. Connections must be added
     (``add_connection``) before they subscribe.
 
-    Query methods return copies or frozensets, so callers may tear connections down while they
-    iterate a result (a failed write mid-fan-out does exactly that).
+    Query methods return copies or frozensets: a caller may change the index while it iterates
+    a result (the writer's loops need not: they defer teardowns until the loop is over).
     """
 
     __slots__ = (

@@ -19,6 +19,8 @@ The rules, in the order they apply:
 - ``report`` (the glass audit, core/glass.py): cumulative counts turned into increases, capped
   per connection, one accepted every 5 s;
 - ``rate``: the terminal's max_hz, kept in the index's rate groups (core/fanout.py).
+The token's expiry is judged on the wall clock (its ``exp``) and bounded on the monotonic one
+(``EXPIRY_SLACK_NS``): the driver arms a timer where ``expiry_timer_s`` says and asks ``expire``.
 Mistakes (errors and refusals) are counted per minute, not per lifetime: a desk open all week
 must not be closed as a flood for mistakes spread over days.
 """
@@ -60,6 +62,8 @@ from monotape.platform.wire.requests import (
 
 __all__ = [
     "ERROR_WINDOW_NS",
+    "EXPIRY_RECHECK_S",
+    "EXPIRY_SLACK_NS",
     "MAX_BAD_REQUESTS",
     "MAX_RATE_VIOLATIONS",
     "Grant",
@@ -71,6 +75,15 @@ __all__ = [
 MAX_BAD_REQUESTS: Final = 50  # then closed with 1008: a client this broken is a bug
 MAX_RATE_VIOLATIONS: Final = 200  # a subscribe flood that ignores RATE_LIMITED errors
 ERROR_WINDOW_NS: Final = 60 * 1_000_000_000  # both limits count errors within one minute
+# A token's ``exp`` is judged on the wall clock, which may be stepped back (NTP, an operator).
+# So the session also keeps the monotonic time the wall clock said ``exp`` would come when the
+# token was taken, and closes once the monotonic clock is this far past it, whatever the wall
+# clock says: a wall clock stepped back again and again cannot keep a session alive forever.
+EXPIRY_SLACK_NS: Final = 30 * 1_000_000_000
+# A timer that fired before the wall clock reached ``exp`` looks again no sooner than this: a
+# wall clock creeping back cannot turn the expiry timer into a busy loop (at most
+# EXPIRY_SLACK_NS / EXPIRY_RECHECK_S re-arms; ``exp`` is in whole seconds anyway).
+EXPIRY_RECHECK_S: Final = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +135,7 @@ class Session:
     __slots__ = (
         "_bucket_ns",
         "_counted",
+        "_deadline_ns",
         "_regressing",
         "_reported",
         "_reported_ns",
@@ -143,6 +157,7 @@ class Session:
         index: SubscriptionIndex,
         *,
         opened_ns: int,
+        opened_wall_s: float | None = None,
         expires_at_s: float | None = None,
         subject: str | None = None,
         admin: bool = False,
@@ -151,6 +166,12 @@ class Session:
         self.rules = rules
         self.index = index
         self.expires_at_s = expires_at_s  # the token's ``exp`` (wall clock, s); None: no token
+        # when the wall clock said ``exp`` would come, on the monotonic clock (EXPIRY_SLACK_NS)
+        self._deadline_ns: int | None = None
+        if expires_at_s is not None:
+            if opened_wall_s is None:
+                raise ValueError("a session with a token needs the wall clock at its open")
+            self._deadline_ns = _deadline_ns(expires_at_s, opened_wall_s, opened_ns)
         self.subject = subject  # the token's ``sub``: a refresh must name the same one
         self.admin = admin  # a refresh must not widen it
         self._tokens = float(rules.request_burst)
@@ -171,12 +192,29 @@ class Session:
             return None
         return max(0.0, self.expires_at_s - wall_now_s)
 
-    def expire(self, wall_now_s: float) -> Close | None:
-        """The close for an expired token (the terminal reconnects with a fresh one, after a
-        jittered hint); None if the token is still good (a timer that fired early, or a refresh
-        moved the expiry)."""
+    def expiry_timer_s(
+        self, wall_now_s: float, now_ns: int, *, early: bool = False
+    ) -> float | None:
+        """When the driver's expiry timer should fire: when the wall clock reaches ``exp``, or
+        when the monotonic clock reaches the slack past the token's deadline, whichever comes
+        first. ``early``: the timer fired before the wall clock reached ``exp`` (stepped back),
+        so no sooner than EXPIRY_RECHECK_S. None for a session without a token."""
         left = self.expires_in_s(wall_now_s)
-        if left is None or left > 0.0:
+        if left is None or self._deadline_ns is None:
+            return None
+        bound = max(0.0, (self._deadline_ns + EXPIRY_SLACK_NS - now_ns) / 1e9)
+        soonest = min(left, bound)
+        return max(soonest, EXPIRY_RECHECK_S) if early else soonest
+
+    def expire(self, wall_now_s: float, now_ns: int) -> Close | None:
+        """The close for an expired token (the terminal reconnects with a fresh one, after a
+        jittered hint): the wall clock has reached ``exp``, or the monotonic clock is
+        EXPIRY_SLACK_NS past when the wall clock said it would. None if the token is still good
+        (a timer that fired early, or a refresh moved the expiry)."""
+        left = self.expires_in_s(wall_now_s)
+        if left is None or self._deadline_ns is None:
+            return None
+        if left > 0.0 and now_ns - self._deadline_ns < EXPIRY_SLACK_NS:
             return None
         return auth_expired(self.rules.rng)
 
@@ -197,6 +235,7 @@ class Session:
             reason = "expired"
         else:
             self.expires_at_s = float(grant.exp)
+            self._deadline_ns = _deadline_ns(grant.exp, wall_now_s, now_ns)
             return Received(ack=self._ack(req))
         error = self._error(ErrorCode.TOKEN_REJECTED, f"token rejected: {reason}", req, now_ns)
         return Received(answer=error)
@@ -336,3 +375,8 @@ class Session:
         self.rules.errors[code.name] += 1
         self._mistake(now_ns)
         return codec.encode_error(code, message, req)
+
+
+def _deadline_ns(exp_s: float, wall_now_s: float, now_ns: int) -> int:
+    """The monotonic time the wall clock (read at ``now_ns``) says ``exp_s`` comes."""
+    return now_ns + round((exp_s - wall_now_s) * 1e9)

@@ -26,9 +26,8 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Iterable, Sequence
 
-from monotape.log import log_event
+from monotape.log import LOG_EVERY_S, LogFn, Throttle, log_event
 from monotape.platform.model import Instrument, Tick
-from monotape.platform.node.failures import LOG_EVERY_S, LogFn, Throttle
 
 __all__ = ["UNKNOWN_VENUE", "WIRE_IIDS", "Refusal", "TickGate", "carried", "tick_problem"]
 

@@ -12,36 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from monotape.log import log_event
+from monotape.log import LOG_EVERY_S, LogFn, Throttle, log_event
 
-__all__ = ["LOG_EVERY_S", "StageFailures", "Throttle"]
-
-LOG_EVERY_S = 10.0  # one line per key per 10 s, carrying how many were not logged since
-
-LogFn = Callable[..., None]
-
-
-class Throttle:
-    """Lets one event per key through every ``every_ns``; counts the ones it held back.
-
-    A state machine: the caller passes the (monotonic) time in."""
-
-    def __init__(self, every_ns: int) -> None:
-        if every_ns < 0:
-            raise ValueError(f"every_ns must be >= 0, got {every_ns}")
-        self.every_ns = every_ns
-        self._last: dict[str, int] = {}
-        self._held: dict[str, int] = {}
-
-    def allow(self, key: str, now_ns: int) -> int | None:
-        """None: hold this one back. Otherwise let it through; the int is how many events of
-        ``key`` were held back since the last one let through."""
-        last = self._last.get(key)
-        if last is not None and now_ns - last < self.every_ns:
-            self._held[key] = self._held.get(key, 0) + 1
-            return None
-        self._last[key] = now_ns
-        return self._held.pop(key, 0)
+__all__ = ["StageFailures"]
 
 
 class StageFailures:

@@ -113,12 +113,6 @@ class TerminalConnection:
         return self.screen.ids
 
     @property
-    def _held(self) -> dict[str, None]:
-        # tests/core/test_pipeline_property.py fills the watchlist through this; new code
-        # calls screen.hold()
-        return self.screen.watchlist
-
-    @property
     def held_keys(self) -> list[str]:
         """The keys this client holds (restored on reconnect), in subscription order."""
         return list(self.screen.watchlist)
@@ -387,9 +381,14 @@ class TerminalConnection:
             task.exception()  # a send on a closing socket: the reconnect restores it
 
     def _show(self, quote: Quote) -> None:
-        """A rendered quote to the caller: the callback, then the bounded queue."""
+        """A rendered quote to the caller: the callback, then the bounded queue. The callback
+        runs once per quote after the whole message is applied: one that raises must not cost
+        the rest of the message's quotes their callback and their place in the queue."""
         if self.on_render is not None:
-            self.on_render(quote)
+            try:
+                self.on_render(quote)
+            except Exception as exc:  # a callback bug must not lose quotes (as on_state)
+                self.stats.error_log.append(f"on_render raised {exc!r}")
         queue = self._queue
         if queue is not None:
             if queue.full():

@@ -29,7 +29,7 @@ from monotape.histograms import StageRecorder
 from monotape.platform.auth import AuthError, Claims, TokenVerifier
 from monotape.platform.core.budget import Overrun
 from monotape.platform.core.conflation import Frame
-from monotape.platform.core.disconnect import Close, Disconnect
+from monotape.platform.core.disconnect import Disconnect
 from monotape.platform.core.drain import Drain
 from monotape.platform.core.fanout import SubscriptionIndex
 from monotape.platform.core.glass import GlassLedger
@@ -165,9 +165,6 @@ class FanoutServer:
     def flush_priority(self) -> int:
         return self.writer.flush_priority()
 
-    def flush_behind(self) -> None:
-        self.writer.flush_behind()
-
     def publish_heartbeat(self, wall_ms: int) -> None:
         self.writer.publish_heartbeat(wall_ms)
 
@@ -241,9 +238,6 @@ class FanoutServer:
         """Idempotent: cleans every index before it drops the connection entry."""
         return self.terminals.teardown(conn_id, reason)
 
-    def fail(self, conn: Connection, close: Close) -> None:
-        self.terminals.fail(conn, close)
-
     def _overrun(self, conn_id: int, overrun: Overrun) -> None:
         """A terminal went over its control-frame or queued-bytes budget (control.py)."""
         conn = self.terminals.connections.get(conn_id)
@@ -256,18 +250,21 @@ class FanoutServer:
         conn = self.terminals.connections.get(conn_id)
         if conn is None or conn.closing or conn.session is None:
             return
-        close = conn.session.expire(self.clock.wall_ns() / 1e9)
-        if close is None:  # the timer ran ahead of the wall clock: look again then
-            self._arm_expiry(conn)
+        close = conn.session.expire(self.clock.wall_ns() / 1e9, self.clock.now_ns())
+        if close is None:  # the timer ran ahead of the wall clock: look again (bounded)
+            self._arm_expiry(conn, early=True)
             return
         self.terminals.close_later(conn, close)
 
-    def _arm_expiry(self, conn: Connection) -> None:
+    def _arm_expiry(self, conn: Connection, *, early: bool = False) -> None:
+        """(Re)arm the timer that closes the session when its token expires (core/session.py
+        says when: on the wall clock, bounded on the monotonic one)."""
         assert conn.session is not None
         if conn.expiry is not None:
             conn.expiry.cancel()  # a refresh moved the expiry
             conn.expiry = None
-        left = conn.session.expires_in_s(self.clock.wall_ns() / 1e9)
+        wall_s = self.clock.wall_ns() / 1e9
+        left = conn.session.expiry_timer_s(wall_s, self.clock.now_ns(), early=early)
         if left is not None:
             conn.expiry = asyncio.get_running_loop().call_later(left, self._expire, conn.conn_id)
 
@@ -305,6 +302,7 @@ class FanoutServer:
             self.rules,
             self.terminals.index,
             opened_ns=now,
+            opened_wall_s=self.clock.wall_ns() / 1e9,
             expires_at_s=claims.exp if claims is not None else None,
             subject=claims.sub if claims is not None else None,
             admin=claims.admin if claims is not None else False,
@@ -336,9 +334,10 @@ class FanoutServer:
             async for message in ws:
                 if conn_id not in terminals.connections:
                     break  # torn down under us (write error, kick): queued requests are moot
-                received = session.receive(
-                    message, self.clock.now_ns(), wall_s=self.clock.wall_ns() / 1e9
-                )
+                # Taken before the session judges the request (it applies a subscribe to the
+                # index): the ``hydrate`` stage is subscribe + snapshot build + delivery.
+                started = self.clock.now_ns()
+                received = session.receive(message, started, wall_s=self.clock.wall_ns() / 1e9)
                 if received.refresh is not None:
                     received = await self._refresh(conn, session, received.refresh)
                     if conn_id not in terminals.connections:
@@ -346,7 +345,6 @@ class FanoutServer:
                 if received.answer is not None:
                     writer.answer(conn, codec.ws_binary_frame(received.answer))
                 if received.hydrate:
-                    started = self.clock.now_ns()
                     snapshot = self.snapshots.snapshot(writer.last_frame_no, received.hydrate)
                     writer.deliver(conn, snapshot)
                     if self._hydrate is not None:

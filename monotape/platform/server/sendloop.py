@@ -172,7 +172,13 @@ class SendLoop:
             conn.bytes_sent += size
         if not fds:
             return count
-        shortfalls = self.send_many(wire, fds)
+        try:
+            shortfalls = self.send_many(wire, fds)
+        except BaseException:  # raised before any send (bad arguments): take the counts back
+            for conn in batch:
+                conn.frames_sent -= 1
+                conn.bytes_sent -= size
+            raise
         sent = len(fds)
         if shortfalls is not None:
             sent -= self._hand_off(wire, shortfalls, batch, failed)

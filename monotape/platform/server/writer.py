@@ -3,9 +3,12 @@
 Per frame the decisions are made in core (core/planner.py: each changed symbol encoded once,
 one payload per signature, framed once); here the planned bytes are written to every connection
 of their signature. A connection that is behind (queued frames, a gap, a full socket) takes the
-ordered path through its bounded ring (server/connection.py, core/outbox.py); a connection whose
-socket refuses the bytes is collected and torn down after the loop, so one misbehaving terminal
-never costs the others their frame (MEASURED: the uvloop write-after-eof trap).
+ordered path through its bounded ring (server/connection.py, core/outbox.py). A socket that
+refuses the bytes fails that one write, caught where it is made, so one misbehaving terminal
+never costs the others their frame (MEASURED: the uvloop write-after-eof trap); its connection is
+marked closing (nothing more for it in this loop) and torn down once the loop is over, in a
+``finally`` (so even a loop that raises leaves no failed terminal registered): the registry and
+the index do not change while a plan is being written.
 
 The same for the order-ticket path (``publish_priority``), heartbeats and the answers to
 requests (``answer``: never dropped with the data).
@@ -121,31 +124,48 @@ class Writer:
         published = now_ns()
         latencies = self.write_latencies_ns
         latencies.clear()
-        record = latencies.append
-        connections = terminals.connections
-        behind = terminals.behind
-        high_water = self.cfg.write_high_water
-        written = Delivery.WRITTEN
         failed: Failed = []  # sockets that refused bytes: torn down after the loop
         written_sigs: list[int] = []
         sendloop = self.sendloop
-        if sendloop is not None:
+        try:
+            if sendloop is not None:
 
-            def stamp(count: int) -> None:  # ``count`` terminals written now
-                latencies.extend(itertools.repeat(now_ns() - published, count))
+                def stamp(count: int) -> None:  # ``count`` terminals written now
+                    latencies.extend(itertools.repeat(now_ns() - published, count))
 
-            for wire, conn_ids, sig in plan.payloads:
-                if sendloop.send(wire, conn_ids, failed, stamp):
-                    written_sigs.append(sig)
+                for wire, conn_ids, sig in plan.payloads:
+                    if sendloop.send(wire, conn_ids, failed, stamp):
+                        written_sigs.append(sig)
+            else:
+                self._write_plan(plan.payloads, failed, written_sigs, published)
+        finally:  # whatever raised mid-loop, no failed terminal stays registered
             self._teardown_failed(failed)
-            self.written_iids = written_iids(plan, written_sigs, index)
-            terminals.stats.frame_writes += len(latencies)
-            self.flush_behind()
-            return published
+        self.written_iids = written_iids(plan, written_sigs, index)
+        terminals.stats.frame_writes += len(latencies)
+        self.flush_behind()
+        return published
+
+    def _write_plan(
+        self,
+        payloads: list[tuple[bytes, set[int], int]],
+        failed: Failed,
+        written_sigs: list[int],
+        published: int,
+    ) -> None:
+        """The transport path of ``publish_frame``: the planned payloads to their connections,
+        the signatures that reached a terminal into ``written_sigs``."""
+        terminals = self.terminals
+        connections = terminals.connections
+        behind = terminals.behind
+        high_water = self.cfg.write_high_water
+        now_ns = self.clock.now_ns
+        latencies = self.write_latencies_ns
+        record = latencies.append
+        written = Delivery.WRITTEN
         # The fast path is the whole point of the tier (MEASURED: ~6 µs per pre-framed write):
         # a connection that is open, not behind and has room gets the shared bytes straight away;
         # anything else takes deliver's ordered path (ring, gap, closing).
-        for wire, conn_ids, sig in plan.payloads:
+        for wire, conn_ids, sig in payloads:
             size = len(wire)
             before = len(latencies)
             for cid in conn_ids:
@@ -173,11 +193,6 @@ class Writer:
                 record(now_ns() - published)
             if len(latencies) > before:
                 written_sigs.append(sig)
-        self._teardown_failed(failed)
-        self.written_iids = written_iids(plan, written_sigs, index)
-        terminals.stats.frame_writes += len(latencies)
-        self.flush_behind()
-        return published
 
     def flush_behind(self) -> None:
         """Give terminals with queued frames (or a gap) their chance to catch up."""
@@ -236,33 +251,39 @@ class Writer:
         failed: Failed = []
         sendloop = self.sendloop
         connections = terminals.connections
-        for tick in applied:
-            if not has_priority(tick.iid):  # the common case: no order ticket holds it
-                continue
-            targets = index.priority_connections(tick.iid)
-            try:
-                wire = codec.ws_binary_frame(codec.encode_priority(codec.encode_full_record(tick)))
-            except ValueError as exc:  # this tick only; the conflated stream still carries it
-                if self.failures is not None:
-                    self.failures.record("priority", exc, iid=tick.iid)
-                continue
-            admitted = tick.admitted_ns
-            if sendloop is not None:
-                stamp = functools.partial(self._priority_written, admitted)
-                sendloop.send(wire, targets, failed, stamp)
-                terminals.stats.priority_sent += sum(1 for cid in targets if cid in connections)
-                continue
-            for cid in targets:
-                conn = connections.get(cid)
-                if conn is not None:
-                    if self._deliver(conn, wire, failed) is written:
-                        n = self._priority_n
-                        latencies[n] = now_ns() - admitted
-                        self._priority_n = n + 1
-                        if n + 1 == PRIORITY_BUFFER:  # bounded: a burst is handed on early
-                            self.flush_priority()
-                    terminals.stats.priority_sent += 1
-        self._teardown_failed(failed)
+        try:
+            for tick in applied:
+                if not has_priority(tick.iid):  # the common case: no order ticket holds it
+                    continue
+                targets = index.priority_connections(tick.iid)  # a copy
+                if failed:  # rare: failed on an earlier tick of this batch, torn down after it
+                    targets.difference_update(cid for cid, _ in failed)
+                try:
+                    wire = codec.ws_binary_frame(
+                        codec.encode_priority(codec.encode_full_record(tick))
+                    )
+                except ValueError as exc:  # this tick only; the conflated stream still carries it
+                    if self.failures is not None:
+                        self.failures.record("priority", exc, iid=tick.iid)
+                    continue
+                admitted = tick.admitted_ns
+                if sendloop is not None:
+                    stamp = functools.partial(self._priority_written, admitted)
+                    sendloop.send(wire, targets, failed, stamp)
+                    terminals.stats.priority_sent += sum(1 for c in targets if c in connections)
+                    continue
+                for cid in targets:
+                    conn = connections.get(cid)
+                    if conn is not None:
+                        if self._deliver(conn, wire, failed) is written:
+                            n = self._priority_n
+                            latencies[n] = now_ns() - admitted
+                            self._priority_n = n + 1
+                            if n + 1 == PRIORITY_BUFFER:  # bounded: a burst is handed on early
+                                self.flush_priority()
+                        terminals.stats.priority_sent += 1
+        finally:  # whatever raised mid-loop, no failed terminal stays registered
+            self._teardown_failed(failed)
 
     def _priority_written(self, admitted_ns: int, count: int) -> None:
         """``count`` priority writes handed to the kernel now: one value each."""
@@ -291,13 +312,14 @@ class Writer:
     def publish_heartbeat(self, wall_ms: int) -> None:
         wire = codec.ws_binary_frame(codec.encode_heartbeat(self.last_frame_no, wall_ms))
         failed: Failed = []
-        if self.sendloop is not None:
-            self.sendloop.send(wire, tuple(self.terminals.connections), failed, None)
+        try:
+            if self.sendloop is not None:
+                self.sendloop.send(wire, tuple(self.terminals.connections), failed, None)
+            else:
+                for conn in tuple(self.terminals.connections.values()):
+                    self._deliver(conn, wire, failed)
+        finally:  # whatever raised mid-loop, no failed terminal stays registered
             self._teardown_failed(failed)
-            return
-        for conn in tuple(self.terminals.connections.values()):
-            self._deliver(conn, wire, failed)
-        self._teardown_failed(failed)
 
     # -- one connection ------------------------------------------------------------------------
     def answer(self, conn: Connection, wire: bytes) -> None:
@@ -313,9 +335,10 @@ class Writer:
     def deliver(self, conn: Connection, wire: bytes) -> Delivery:
         """Data bytes (a snapshot) to one connection, outside a fan-out loop."""
         failed: Failed = []
-        delivery = self._deliver(conn, wire, failed)
-        self._teardown_failed(failed)
-        return delivery
+        try:
+            return self._deliver(conn, wire, failed)
+        finally:
+            self._teardown_failed(failed)
 
     def _deliver(self, conn: Connection, wire: bytes, failed: Failed) -> Delivery:
         if conn.closing or conn.ws.protocol.state is not OPEN:
@@ -337,6 +360,11 @@ class Writer:
         return self._deliver(conn, wire, failed) is Delivery.WRITTEN
 
     def _teardown_failed(self, failed: Failed) -> None:
+        """Tear down the terminals a loop found failed: every one, even if one teardown raises."""
         teardown = self.terminals.teardown
-        for cid, reason in failed:
-            teardown(cid, reason)
+        for i, (cid, reason) in enumerate(failed):
+            try:
+                teardown(cid, reason)
+            except BaseException:
+                self._teardown_failed(failed[i + 1 :])
+                raise
