@@ -70,11 +70,16 @@ def test_fanout_rows_without_node() -> None:
             "fanout_s": 0.09,
             "late_frames": 0,
             "subscribed": 40,
+            "frames": 25,
         },
         "client": {"cpu_s": 0.05, "wall_s": 1.0, "msgs": 1000, "connected": 40},
     }
-    summary = {v: bench_fanout._summarize(v, [fake]) for v in ("naive", "monotape", "floor")}
+    variants = ("naive", "monotape", "monotape-paced", "floor")
+    summary = {v: bench_fanout._summarize(v, [fake]) for v in variants}
     rows = bench_fanout._rows(40, "40 conns", summary, list(bench_fanout.NODE_VARIANTS))
+    paced = [r for r in rows if r.benchmark.startswith("fanout server CPU per 40 ms frame")]
+    assert [r.variant for r in paced] == ["monotape", "monotape-paced"]
+    assert paced[0].value == paced[1].value == 0.1 * 1e6 / 25  # µs of CPU per boundary
     skipped = [r for r in rows if r.value is None]
     assert {r.variant for r in skipped} == set(bench_fanout.NODE_VARIANTS)
     assert len(skipped) == 4  # CPU and frames/s rows
