@@ -13,7 +13,7 @@ from websockets.asyncio.client import ClientConnection
 
 from monotape.platform.wire import codec
 from monotape.platform.wire.requests import Rate, Subscribe, encode_request
-from tests.conftest import RunningServer, ServerFactory
+from tests.conftest import RunningServer, ServerFactory, until
 
 pytestmark = [pytest.mark.e2e]
 
@@ -21,7 +21,9 @@ Version = tuple[int, int]
 
 
 class Glass:
-    """One raw terminal: what it holds per symbol after each FRAME it got, by frame number."""
+    """One raw terminal, read all the time by its own task (a terminal that is not read stops
+    answering pings and is closed by keepalive: never leave one unread while the other waits):
+    what it holds per symbol after each FRAME it got, by frame number."""
 
     def __init__(self, ws: ClientConnection) -> None:
         self.ws = ws
@@ -29,19 +31,25 @@ class Glass:
         self.frames: dict[int, dict[int, Version]] = {}  # frame_no -> held after it
         self.deltas = 0
         self.full = 0
+        self.answers: dict[int, codec.ServerMessage] = {}  # req -> its ACK or ERROR
+        self.reader = asyncio.ensure_future(self._read())
+
+    async def _read(self) -> None:
+        while True:
+            self.apply(codec.decode_message(await self.ws.recv(decode=False)))
 
     async def request(self, data: bytes, req: int) -> None:
         await self.ws.send(data)
-        while True:
-            msg = codec.decode_message(await asyncio.wait_for(self.ws.recv(decode=False), 20))
-            self.apply(msg)
-            if isinstance(msg, codec.Error) and msg.req == req:
-                raise AssertionError(f"request {req} refused: {msg}")
-            if isinstance(msg, codec.Ack) and msg.req == req:
-                return
+        await until(lambda: req in self.answers or self.reader.done(), f"answer {req}", 30)
+        if self.reader.done():
+            self.reader.result()  # what ended the reader (an assertion, a close) is the failure
+        answer = self.answers[req]
+        assert isinstance(answer, codec.Ack), f"request {req} refused: {answer}"
 
     def apply(self, msg: codec.ServerMessage) -> None:
-        if isinstance(msg, codec.Snapshot):
+        if isinstance(msg, codec.Ack | codec.Error):
+            self.answers[msg.req] = msg
+        elif isinstance(msg, codec.Snapshot):
             for rec in msg.records:
                 self.held[rec.iid] = (rec.epoch, rec.seq)
         elif isinstance(msg, codec.Frame):
@@ -56,9 +64,15 @@ class Glass:
                 self.held[rec.iid] = version
             self.frames[msg.frame_no] = dict(self.held)
 
-    async def read_until(self, frames: int) -> None:
-        while len(self.frames) < frames:
-            self.apply(codec.decode_message(await asyncio.wait_for(self.ws.recv(decode=False), 20)))
+    async def wait_frames(self, frames: int) -> None:
+        await until(lambda: len(self.frames) >= frames or self.reader.done(), "frames", 60)
+        if self.reader.done():
+            self.reader.result()
+
+    async def close(self) -> None:
+        self.reader.cancel()
+        await asyncio.gather(self.reader, return_exceptions=True)
+        await self.ws.close()
 
 
 async def _glass(server: RunningServer) -> Glass:
@@ -90,15 +104,12 @@ async def test_a_5_hz_terminal_gets_every_fifth_boundary_never_older_than_25_hz(
     await fast.request(encode_request(Subscribe(req=1, keys=keys)), 1)
     await slow.request(encode_request(Subscribe(req=2, keys=keys)), 2)
 
-    async def follow() -> None:
-        await fast.read_until(110)  # ~100 frames of the 25 Hz terminal after the subscribes
-
-    slow_reader = asyncio.ensure_future(slow.read_until(10**9))
-    await follow()
-    slow_reader.cancel()
-    await asyncio.gather(slow_reader, return_exceptions=True)
+    await fast.wait_frames(110)  # ~100 frames of the 25 Hz terminal after the subscribes
     for glass in (fast, slow):
-        await glass.ws.close()
+        if glass.reader.done():  # its checks failed or it was closed: that is the failure
+            glass.reader.result()
+            raise AssertionError("a terminal's reader ended")
+        await glass.close()
 
     got = sorted(slow.frames)
     assert len(got) >= 10, f"the 5 Hz terminal got {len(got)} frames"
