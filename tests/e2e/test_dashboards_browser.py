@@ -19,30 +19,17 @@ import pytest
 
 from monotape.dashboards.panels import DASHBOARDS
 from monotape.platform.sdk.client import TerminalClient
+from monotape.testing.browser import CHROMIUM_ARGS, collect_problems
+from monotape.testing.tools import missing_tool
 from tests.conftest import RunningServer, ServerFactory, mint
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--headless",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 # Every panel must draw within this long of the dashboard opening: the page polls every 2 s and
 # the node samples every 1 s; generous, because both cores may be busy.
 PANEL_TIMEOUT_MS = 20_000
-
-
-def _need(reason: str) -> None:
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"{reason} (CI=true: required)")
-    pytest.skip(reason)
 
 
 def artifacts_dir() -> Path:
@@ -54,11 +41,11 @@ def artifacts_dir() -> Path:
 @pytest.fixture
 def playwright_api() -> Any:
     if not (Path(CHROMIUM).exists() or shutil.which("chromium")):
-        _need("chromium not installed: apt-get install chromium (the Debian package)")
+        missing_tool("chromium not installed: apt-get install chromium (the Debian package)")
     try:
         from playwright.async_api import async_playwright
     except ImportError:
-        _need("playwright not installed: pip install playwright (the dev extra)")
+        missing_tool("playwright not installed: pip install playwright (the dev extra)")
     return async_playwright
 
 
@@ -90,15 +77,7 @@ async def test_every_panel_of_every_dashboard_shows_data(
         browser = await pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
             page = await browser.new_page(viewport={"width": 1600, "height": 1000})
-            page.on(
-                "console",
-                lambda msg: (
-                    problems.append(f"console {msg.type}: {msg.text}")
-                    if msg.type in ("error", "warning")
-                    else None
-                ),
-            )
-            page.on("pageerror", lambda exc: problems.append(f"page error: {exc}"))
+            collect_problems(page, problems)
             page.on("requestfailed", lambda r: problems.append(f"request failed: {r.url}"))
             page.on(
                 "response",

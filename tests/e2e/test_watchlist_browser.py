@@ -21,21 +21,13 @@ from typing import Any
 import pytest
 
 from monotape import metric_names as m
+from monotape.testing.browser import CHROMIUM_ARGS, collect_problems
 from monotape.testing.tools import missing_tool, require_tool
 from tests.conftest import RunningServer, ServerFactory, mint, until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--headless",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 # Generous: both cores may be busy (tests never assert how fast, only that it happens).
 WAIT_MS = 30_000
 BIGINTS = "(k, v) => typeof v === 'bigint' ? String(v) : v"
@@ -84,15 +76,7 @@ async def test_the_watchlist_page_survives_a_drain_and_feed_restarts(
         browser = await pw.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
         try:
             page = await browser.new_page(viewport={"width": 1280, "height": 860})
-            page.on(
-                "console",
-                lambda msg: (
-                    problems.append(f"console {msg.type}: {msg.text}")
-                    if msg.type in ("error", "warning")
-                    else None
-                ),
-            )
-            page.on("pageerror", lambda exc: problems.append(f"page error: {exc}"))
+            collect_problems(page, problems)
             page.on("request", lambda r: urls.append(r.url))
             page.on("websocket", lambda ws: urls.append(ws.url))
 
