@@ -23,7 +23,7 @@ connection holds, joined from the snapshot cache (core/snapshots.py): ``gap_snap
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -33,7 +33,16 @@ from monotape.platform.core.fanout import SubscriptionIndex, plan_payloads
 from monotape.platform.core.snapshots import FailureSink, SnapshotCache
 from monotape.platform.wire import codec
 
-__all__ = ["NO_IIDS", "FramePlan", "Pacer", "gap_snapshot", "plan_frame", "written_iids"]
+__all__ = [
+    "NO_IIDS",
+    "FramePlan",
+    "Pacer",
+    "encode_frame",
+    "gap_snapshot",
+    "plan_chunks",
+    "plan_frame",
+    "written_iids",
+]
 
 NO_IIDS = np.empty(0, dtype=np.int64)
 NO_IIDS.setflags(write=False)
@@ -74,16 +83,18 @@ class Pacer:
         self.snapshots = snapshots
         self._changed: dict[int, set[int]] = {}  # k -> iids changed since its last boundary
 
-    def due(self, frame: Frame, index: SubscriptionIndex) -> list[tuple[bytes, set[int], int]]:
-        """The payloads of the rate groups whose boundary this frame is (none between them)."""
+    def due(
+        self, frame_no: int, iids: Iterable[int], index: SubscriptionIndex
+    ) -> list[tuple[bytes, set[int], int]]:
+        """The payloads of the rate groups whose boundary ``frame_no`` is (none between them);
+        ``iids``: the symbols this frame changed."""
         rates = index.rates()
         changed = self._changed
         for k in [k for k in changed if k not in rates]:
             del changed[k]
         if not rates:
             return []
-        frame_no = frame.frame_no
-        iids = [rec.iid for rec in frame.records]
+        iids = list(iids)
         chunk = self.snapshots.chunk
         payloads: list[tuple[bytes, set[int], int]] = []
         for k in sorted(rates):
@@ -110,23 +121,40 @@ def plan_frame(
     failures: FailureSink | None = None,
     pacer: Pacer | None = None,
 ) -> FramePlan:
-    """Encode each changed symbol that anyone watches once, and one payload per signature; with
-    a ``pacer``, the payloads of the rate groups due at this boundary after them.
+    """Encode each changed symbol that anyone watches once (``encode_frame``), then plan the
+    payloads from those chunks (``plan_chunks``)."""
+    return plan_chunks(frame.frame_no, encode_frame(frame, index, failures), index, pacer)
+
+
+def encode_frame(
+    frame: Frame, index: SubscriptionIndex, failures: FailureSink | None = None
+) -> dict[int, bytes]:
+    """The frame's changed symbols that anyone watches, each encoded once (iid -> delta record).
 
     A symbol that cannot encode is left out and reported to ``failures`` (stage ``encode``): its
     terminals see a gap in that symbol's chain on the next frame and resubscribe; everything else
-    in the frame goes out (a rate group's full record comes from the snapshot cache, which
-    reports its own)."""
+    in the frame goes out."""
     encode = codec.encode_delta_record
     subscribed = index.has_subscribers
     # Encoded once per changed symbol that anyone watches; nobody pays for the others.
     try:
-        chunks = {
-            rec.iid: encode(rec.base, rec.new) for rec in frame.records if subscribed(rec.iid)
-        }
+        return {rec.iid: encode(rec.base, rec.new) for rec in frame.records if subscribed(rec.iid)}
     except ValueError:  # a symbol that cannot encode: contained to that symbol
-        chunks = _encode_each(frame, index, failures)
-    frame_no = frame.frame_no
+        return _encode_each(frame, index, failures)
+
+
+def plan_chunks(
+    frame_no: int,
+    chunks: dict[int, bytes],
+    index: SubscriptionIndex,
+    pacer: Pacer | None = None,
+) -> FramePlan:
+    """One payload per signature from a frame's encoded ``chunks`` (iid -> delta record of a
+    symbol someone watches: ``written_iids`` counts every chunk as written); with a ``pacer``,
+    the payloads of the rate groups due at this boundary after them (a rate group's full record
+    comes from the snapshot cache, which reports its own failures). A writer process plans from
+    the chunks the sequencer encoded and published in the frame ring, keeping those its
+    terminals watch."""
     connections = index.paced_connections if index.rates() else index.connections
     payloads: list[tuple[bytes, set[int], int]] = []
     left_out: list[int] = []  # signatures held only by slower terminals
@@ -139,7 +167,7 @@ def plan_frame(
         payloads.append((codec.ws_binary_frame(header + b"".join(sig_chunks)), conns, sig))
     unsent = _unsent(chunks, left_out, index) if left_out else frozenset()
     if pacer is not None:
-        payloads += pacer.due(frame, index)
+        payloads += pacer.due(frame_no, chunks, index)
     return FramePlan(frame_no, chunks, payloads, whole=not unsent, unsent=unsent)
 
 

@@ -40,7 +40,13 @@ from monotape.config import ServerConfig
 from monotape.platform.core.budget import ControlLimits
 from monotape.platform.core.conflation import Frame
 from monotape.platform.core.disconnect import Disconnect
-from monotape.platform.core.planner import NO_IIDS, gap_snapshot, plan_frame, written_iids
+from monotape.platform.core.planner import (
+    NO_IIDS,
+    FramePlan,
+    gap_snapshot,
+    plan_frame,
+    written_iids,
+)
 from monotape.platform.core.snapshots import FailureSink, SnapshotCache
 from monotape.platform.model import Tick
 from monotape.platform.server import sendmany
@@ -108,17 +114,22 @@ class Writer:
 
     # -- the fan-out ---------------------------------------------------------------------------
     def publish_frame(self, frame: Frame) -> int:
-        """Write the frame's planned payloads to every connection of their signature; then give
-        slow terminals their chance to catch up.
+        """Plan the frame (encode each watched change once, one payload per signature) and
+        write it: ``publish_plan``."""
+        terminals = self.terminals
+        return self.publish_plan(plan_frame(frame, terminals.index, self.failures, terminals.pacer))
+
+    def publish_plan(self, plan: FramePlan) -> int:
+        """Write the plan's payloads to every connection of their signature; then give slow
+        terminals their chance to catch up.
 
         Returns the monotonic time the payloads were published (encoded and framed); the
         per-connection write latencies from then are left in ``write_latencies_ns``, and the
         instruments that went out in a direct write in ``written_iids``."""
         terminals = self.terminals
         index = terminals.index
-        self.last_frame_no = frame.frame_no
+        self.last_frame_no = plan.frame_no
         terminals.stats.frames += 1
-        plan = plan_frame(frame, index, self.failures, terminals.pacer)
         terminals.stats.payloads_last = len(plan.payloads)
         now_ns = self.clock.now_ns
         published = now_ns()
