@@ -60,7 +60,8 @@ native-sanitize: $(STAMP)
 	  ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 \
 	  UBSAN_OPTIONS=print_stacktrace=1:abort_on_error=1 \
 	  SENDMANY_SANITIZED_BUILD=$(SANITIZE_DIR)/_sendmany.so \
-	  $(VENV)/bin/pytest -q -p no:cacheprovider --capture=sys tests/server/test_sendmany.py
+	  $(VENV)/bin/pytest -q -p no:cacheprovider --capture=sys tests/server/test_sendmany.py \
+	  tests/server/test_sendmany_group.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

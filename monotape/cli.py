@@ -30,6 +30,7 @@ from monotape.commands.flags import (
     Parser,
     add_common,
     add_token_flag,
+    bounded,
     port,
     positive_float,
     positive_int,
@@ -70,6 +71,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         # off unless asked for: a node that can corrupt its own index must say so at start
         "server.fault_injection": True if args.enable_fault_injection else None,
         "server.native_writer": args.native_writer,
+        # --single-process is --writers 0: today's one-process node
+        "host.writers": 0 if args.single_process else args.writers,
     }
     cfg = _config(args, overrides)
     if args.print_config:
@@ -145,6 +148,10 @@ def cmd_load_churn(args: argparse.Namespace) -> int:
     return load_commands.churn(args, _config(args, {}))
 
 
+def cmd_load_soak(args: argparse.Namespace) -> int:
+    return load_commands.soak(args)
+
+
 def cmd_load_replay(args: argparse.Namespace) -> int:
     return load_commands.replay(args, _config(args, {}))
 
@@ -189,6 +196,20 @@ def build_parser() -> argparse.ArgumentParser:
         action=argparse.BooleanOptionalAction,
         help="write frames with the native send loop, or the pure-Python transport path "
         "(default on when built; server.native_writer, env MONOTAPE_SERVER__NATIVE_WRITER)",
+    )
+    model = run.add_mutually_exclusive_group()
+    model.add_argument(
+        "--writers",
+        type=bounded(int, "a whole number", lambda v: 0 <= v <= 16, "must be 0..16, got {text}"),
+        metavar="N",
+        help="N writer processes sharing the WebSocket port, fed by a sequencer process, with a "
+        "process per feed handler and one for the venues (docs/processes.md); 0: everything "
+        "in one process (default 0 for now; host.writers, env MONOTAPE_HOST__WRITERS)",
+    )
+    model.add_argument(
+        "--single-process",
+        action="store_true",
+        help="everything in one process (the same as --writers 0)",
     )
     run.set_defaults(func=cmd_run)
 
@@ -262,6 +283,7 @@ def build_parser() -> argparse.ArgumentParser:
     load = sub.add_parser("load", help="load harnesses against a running server (loopback)")
     load_sub = load.add_subparsers(dest="load_command", required=True)
     load_commands.add_churn(load_sub).set_defaults(func=cmd_load_churn)
+    load_commands.add_soak(load_sub).set_defaults(func=cmd_load_soak)
     for p in load_commands.add_replay(load_sub):
         p.set_defaults(func=cmd_load_replay)
     return parser

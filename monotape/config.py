@@ -24,6 +24,7 @@ __all__ = [
     "Config",
     "ConfigError",
     "FeedConfig",
+    "HostConfig",
     "NatsConfig",
     "ServerConfig",
     "SimulatorConfig",
@@ -195,6 +196,28 @@ class NatsConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     connect_timeout_s: float = 10.0
 
 
+class HostConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """The process model (docs/processes.md): ``writers = 0`` runs everything in one process
+    (today's node); ``writers = N`` runs a host that supervises a sequencer, N writer processes
+    sharing the WebSocket port (SO_REUSEPORT), two feed handler processes per venue and the
+    venue. Flags: ``monotape run --writers N`` / ``--single-process``."""
+
+    # 0 this session (the one-process node stays the default until the multi-process node is
+    # complete); the issue's goal is the number of cores.
+    writers: Annotated[int, Meta(ge=0, le=16)] = 0  # at most the frame ring's reader slots
+    stop_timeout_s: Annotated[float, Meta(gt=0)] = 10.0  # ordered stop; then SIGKILL the rest
+    start_timeout_s: Annotated[float, Meta(gt=0)] = 30.0  # a stage not ready by then: go on
+    restart_cap_s: Annotated[float, Meta(gt=0)] = 5.0  # crash-loop backoff's longest wait
+    scrape_timeout_s: Annotated[float, Meta(gt=0)] = 2.0  # one role's /metrics, from the host
+    # The frame ring's size in /dev/shm (docs/ring.md): 13 MiB of it is the snapshot table, the
+    # rest 256 KiB slots; 64 MiB holds 203 slots, ~8 s of frames at 25/s. The chaos test makes
+    # it small (24 MiB: 43 slots, ~1.7 s) so that a writer stopped for 3 s is lapped.
+    ring_mib: Annotated[int, Meta(ge=16, le=4096)] = 64
+    # Where run dirs go (sockets, port files, config.json): short, since a Unix socket path
+    # has at most 107 bytes. "": the system's temporary directory.
+    run_base: str = ""
+
+
 class Config(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     data_dir: str = ".monotape"
     log_level: str = "info"  # one of LOG_LEVELS (any case); env MONOTAPE_LOG_LEVEL
@@ -204,6 +227,7 @@ class Config(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     auth: AuthConfig = msgspec.field(default_factory=AuthConfig)
     bus: Literal["inprocess", "nats"] = "inprocess"
     nats: NatsConfig = msgspec.field(default_factory=NatsConfig)
+    host: HostConfig = msgspec.field(default_factory=HostConfig)
 
     def __post_init__(self) -> None:
         level = self.log_level.strip().lower()

@@ -31,6 +31,7 @@ __all__ = [
     "configure",
     "log_event",
     "redact",
+    "set_process",
     "set_stream",
 ]
 
@@ -48,12 +49,26 @@ _LEVELS: Final = {
 }
 
 
+# The process's name in every line (``set_process``): a role of the multi-process host.
+_process: str | None = None
+
+
+def set_process(name: str | None) -> None:
+    """Every line from now on carries ``process=name`` (ours and the libraries'), so the lines
+    of a host's roles (``writer-0``, ``sequencer``...) tell which process wrote them."""
+    global _process
+    _process = name or None
+
+
 def _fields(record: logging.LogRecord) -> tuple[str, dict[str, Any]]:
     """(event, fields) of a record: ours carry them; a library's becomes event "log"."""
     fields: dict[str, Any] | None = getattr(record, _FIELDS, None)
     if fields is not None:
-        return str(getattr(record, _EVENT, record.msg)), fields
+        event = str(getattr(record, _EVENT, record.msg))
+        return event, fields if _process is None else {"process": _process, **fields}
     out: dict[str, Any] = {"logger": record.name, "message": record.getMessage()}
+    if _process is not None:
+        out = {"process": _process, **out}
     if record.exc_info:
         out["error"] = logging.Formatter().formatException(record.exc_info).splitlines()[-1]
     return "log", out

@@ -37,6 +37,15 @@ __all__ = [
     "INDEX_ENTRIES",
     "INVARIANT_CHECK_SECONDS",
     "INVARIANT_VIOLATION",
+    "IPC_CONNECTS",
+    "IPC_DROPPED_ITEMS",
+    "IPC_DROPPED_MESSAGES",
+    "IPC_MALFORMED_MESSAGES",
+    "IPC_PEERS",
+    "IPC_RECEIVED_ITEMS",
+    "IPC_RECEIVED_MESSAGES",
+    "IPC_SENT_ITEMS",
+    "IPC_SENT_MESSAGES",
     "NATIVE_WRITER",
     "NATS_BUS_PREFIX",
     "OUTBOX_FRAMES",
@@ -44,7 +53,10 @@ __all__ = [
     "PRIORITY_UPDATES_SENT",
     "PROCESS_MAX_FDS",
     "PROCESS_OPEN_FDS",
+    "PROCESS_RESTARTS",
     "PROCESS_RSS",
+    "PROCESS_SCRAPE_FAILURES",
+    "PROCESS_UP",
     "REQUEST_ERRORS",
     "RING_BELLS_DROPPED",
     "RING_GAPS",
@@ -52,6 +64,7 @@ __all__ = [
     "RING_MISSED",
     "RING_OVERSIZE",
     "RING_PUBLISHED",
+    "RING_SNAPSHOTS_AHEAD",
     "RING_SNAPSHOTS_REFUSED",
     "RING_TORN_READS",
     "SEQUENCE_REGRESSIONS",
@@ -113,6 +126,18 @@ DISCONNECTS = "monotape_disconnects_total"  # {reason}
 # (bus/nats_collector.py lists the counters: published/sent/dropped/received batches and ticks,
 # decode/sink errors, slow consumer drops; gauges pending_batches, connected).
 NATS_BUS_PREFIX = "monotape_bus_"
+# The host's Unix-socket links (bus/link.py), each end per process, label {link}: "bus" (handlers
+# -> sequencer) or "feed-<venue>-<handler>" (venue -> one handler). Items are ticks on the bus,
+# venue updates on a feed. Dropped {link,reason}: receiver_down, receiver_full, oversize, closed.
+IPC_SENT_MESSAGES = "monotape_ipc_sent_messages_total"
+IPC_SENT_ITEMS = "monotape_ipc_sent_items_total"
+IPC_DROPPED_MESSAGES = "monotape_ipc_dropped_messages_total"
+IPC_DROPPED_ITEMS = "monotape_ipc_dropped_items_total"
+IPC_RECEIVED_MESSAGES = "monotape_ipc_received_messages_total"
+IPC_RECEIVED_ITEMS = "monotape_ipc_received_items_total"
+IPC_MALFORMED_MESSAGES = "monotape_ipc_malformed_messages_total"  # truncated or undecodable
+IPC_CONNECTS = "monotape_ipc_connects_total"  # sender: (re)connects; receiver: senders accepted
+IPC_PEERS = "monotape_ipc_peers"  # sender: 1 while connected; receiver: senders connected now
 REQUEST_ERRORS = "monotape_request_errors_total"  # {code}
 # upgrades refused with 429: their source address failed too many (no token work was done)
 UPGRADES_THROTTLED = "monotape_upgrades_throttled_total"
@@ -130,6 +155,15 @@ RING_LAPS = "monotape_ring_laps_total"  # {writer}
 RING_MISSED = "monotape_ring_missed_entries_total"  # {writer}: entries lost to laps
 RING_TORN_READS = "monotape_ring_torn_reads_total"  # {writer}: laps seen by the re-check
 RING_GAPS = "monotape_ring_gaps_total"  # {writer}: oversize gap entries, producer restarts
+# {writer}: symbols left out of a snapshot, the table only holding records of frames this writer
+# has not read yet (it was more than a frame behind): the terminal resyncs on its next delta
+RING_SNAPSHOTS_AHEAD = "monotape_ring_snapshots_ahead_total"
+# The multi-process host (platform/host, docs/processes.md), about each role process it runs:
+# {role,process} (process: "writer-0"). Every role's own samples carry process="<name>" too.
+PROCESS_UP = "monotape_process_up"  # 1 while running
+PROCESS_RESTARTS = "monotape_process_restarts_total"  # {role,process,reason}: exit_1, SIGKILL...
+# {process}: a role that did not answer the host's scrape (left out of that /metrics)
+PROCESS_SCRAPE_FAILURES = "monotape_process_scrape_failures_total"
 # prometheus_client's ProcessCollector (no monotape_ prefix: the standard process metrics)
 PROCESS_RSS = "process_resident_memory_bytes"
 PROCESS_OPEN_FDS = "process_open_fds"

@@ -108,3 +108,24 @@ def test_set_stream_keeps_json_for_a_test_reader() -> None:
     log.set_stream(buf)
     log.log_event("invariant_tripped", invariant="no_dangling_entries")
     assert json.loads(buf.getvalue())["invariant"] == "no_dangling_entries"
+
+
+def test_a_role_names_its_process_in_every_line() -> None:
+    """``set_process``: a host's role (writer-0, sequencer...) says which process wrote each
+    line, ours and the libraries' alike; None takes it away again."""
+    buf = io.StringIO()
+    log.configure("info", stream=buf, human=False)
+    log.set_process("sequencer")
+    try:
+        log.log_event("role_started", role="sequencer")
+        logging.getLogger("asyncio").warning("slow callback")
+    finally:
+        log.set_process(None)
+    log.log_event("after")
+    lines = [json.loads(x) for x in buf.getvalue().splitlines()]
+    assert [(x["event"], x.get("process")) for x in lines] == [
+        ("role_started", "sequencer"),
+        ("log", "sequencer"),
+        ("after", None),
+    ]
+    assert lines[0]["role"] == "sequencer"

@@ -1,4 +1,6 @@
-"""``monotape run`` in the foreground: the banner, the signals, the drain in words.
+"""``monotape run`` in the foreground: the banner, the signals, the drain in words; with
+``--writers N`` the same for the multi-process host (``run_host``: its processes stop in reverse
+start order on the first Ctrl-C, and are killed on the second).
 
 The banner names what listens and prints commands that work as printed (the client commands
 find this node through its data dir, so the hints carry ``--data-dir`` whenever it is not the
@@ -22,9 +24,10 @@ from monotape.config import Config
 from monotape.platform.server.sendmany import describe
 
 if TYPE_CHECKING:
+    from monotape.platform.host.host import Host
     from monotape.platform.node.node import Node
 
-__all__ = ["DEFAULT_DATA_DIR", "banner", "run_node"]
+__all__ = ["DEFAULT_DATA_DIR", "banner", "host_banner", "run_host", "run_node"]
 
 DEFAULT_DATA_DIR: Final = ".monotape"
 
@@ -55,7 +58,46 @@ def banner(node: Node, cfg: Config) -> str:
         f"  symbols    monotape symbols{dd} [PATTERN]\n"
         f"  data dir   {Path(cfg.data_dir).resolve()}\n"
         f"  writer     {describe(cfg.server.native_writer)} (server.native_writer)\n"
+        "  processes  one (--writers N runs N writer processes: docs/processes.md)\n"
         "Ctrl-C stops it (drains terminals first; Ctrl-C again closes them at once)."
+    )
+
+
+def _writers(host: Host) -> str:
+    n = sum(1 for s in host.specs.values() if s.role == "writer")
+    return "1 writer serves" if n == 1 else f"{n} writers share"
+
+
+def host_banner(host: Host, cfg: Config, ready: bool) -> str:
+    """The multi-process host's banner: what listens, and which processes run it."""
+    h = cfg.server.host
+    where = shlex.quote(str(Path(cfg.data_dir).resolve()))
+    dd = "" if cfg.data_dir == DEFAULT_DATA_DIR else f" --data-dir {where}"
+    roles: dict[str, list[str]] = {}
+    for s in host.table.slots.values():
+        roles.setdefault(s.role, []).append(f"{s.name}={s.pid}" if s.pid else s.name)
+    tree = "\n".join(f"    {role:<10} {' '.join(names)}" for role, names in roles.items())
+    warning = (
+        ""
+        if ready
+        else f"  NOT READY  some processes are not up after {cfg.host.start_timeout_s:g} s: "
+        "see /healthz and the log\n"
+    )
+    return (
+        f"monotape is running: {len(host.specs)} processes under host pid {host.pid} "
+        f"({_writers(host)} the WebSocket port)\n"
+        f"{warning}"
+        f"  terminals  ws://{h}:{host.ws_port}/      (try: monotape tape{dd} XNAS:AAPL)\n"
+        f"  metrics    http://{h}:{host.admin_port}/metrics   (every process: label process)\n"
+        f"  health     http://{h}:{host.admin_port}/healthz   (503 while a process is down)\n"
+        f"  processes  http://{h}:{host.admin_port}/admin/processes  "
+        f"(Authorization: Bearer $(monotape token{dd} --sub you --admin))\n"
+        f"  symbols    monotape symbols{dd}   (keys a terminal can subscribe to)\n"
+        f"  data dir   {Path(cfg.data_dir).resolve()}\n"
+        f"  run dir    {host.run_dir}\n"
+        "  logs       here on stderr, every process's, each line naming its process\n"
+        f"  processes  (pid)\n{tree}\n"
+        "Ctrl-C stops it (processes in reverse start order; Ctrl-C again kills them at once)."
     )
 
 
@@ -84,7 +126,55 @@ async def _watch_drain(node: Node) -> None:
             )
 
 
+async def run_host(cfg: Config, duration: float | None, host: Host | None = None) -> int:
+    """``monotape run --writers N``: the host in the foreground (``host`` given: a test's)."""
+    from monotape.platform.host.host import Host
+    from monotape.platform.node.endpoints import ListenError
+
+    host = host if host is not None else Host(cfg)
+    try:
+        await host.start()
+    except ListenError as exc:
+        raise ClientError(str(exc)) from None
+    loop = asyncio.get_running_loop()
+    signals = 0
+
+    def on_signal(sig: signal.Signals) -> None:
+        nonlocal signals
+        signals += 1
+        if signals == 1:
+            _say(
+                f"stopping ({sig.name}): venue, feed handlers, writers, then the sequencer, "
+                f"within {cfg.host.stop_timeout_s:g} s; press Ctrl-C again to kill them now"
+            )
+            host.request_stop()
+        elif signals == 2:
+            _say("stopping now: killing every process")
+            host.hurry()
+        else:
+            _say("stopped without cleanup")
+            os._exit(130)
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, on_signal, sig)
+    try:
+        ready = await host.wait_ready(cfg.host.start_timeout_s)
+        if not host.table.stopping:
+            _say(host_banner(host, cfg, ready))
+        if duration:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(host.wait(), duration)
+        else:
+            await host.wait()
+    finally:
+        await host.stop()
+    _say("monotape stopped")
+    return 0
+
+
 async def run_node(cfg: Config, duration: float | None) -> int:
+    if cfg.host.writers > 0:
+        return await run_host(cfg, duration)
     from monotape.platform.feeds.replay import ReplayError
     from monotape.platform.node.endpoints import ListenError
     from monotape.platform.node.node import Node

@@ -1,8 +1,12 @@
-"""``monotape load churn|replay|storm``: the load tools (``monotape/loadgen``) on the command line.
+"""``monotape load churn|soak|replay|storm``: the load tools (``monotape/loadgen``) on the
+command line.
 
 The one product module besides ``monotape.cli`` that reaches the load tools: it adds their
 subparsers to the CLI's parser and runs them with the configuration the CLI read (the CLI stays
 the only reader of argv and the environment). Loopback only, like the tools themselves.
+
+``soak``, and ``churn --writers N``, start the node they load themselves (``monotape run``, or
+``monotape run --writers N``: the multi-process host) and end with the soak's verdict on it.
 """
 
 from __future__ import annotations
@@ -19,13 +23,16 @@ from monotape.commands.flags import (
     SubParsers,
     add_common,
     add_token_flag,
+    bounded,
     positive_int,
     run_loop,
 )
 from monotape.config import Config
 from monotape.loadgen import LoadConfig
 
-__all__ = ["add_churn", "add_replay", "churn", "replay"]
+__all__ = ["add_churn", "add_replay", "add_soak", "churn", "replay", "soak"]
+
+_WRITERS_RULE = "must be 0..16, got {text}"
 
 
 def churn(args: argparse.Namespace, cfg: Config) -> int:
@@ -37,6 +44,8 @@ def churn(args: argparse.Namespace, cfg: Config) -> int:
         run_churn,
     )
 
+    if args.writers is not None:
+        return _churn_own_node(args)
     url = terminal_url(args.url, cfg)
     token, minted = client_token(args.token, cfg, sub="monotape-churn")
     try:
@@ -56,6 +65,48 @@ def churn(args: argparse.Namespace, cfg: Config) -> int:
     return 0 if report.errors == 0 else 1
 
 
+def _churn_own_node(args: argparse.Namespace) -> int:
+    """``load churn --writers N``: the churn against a node of its own, judged by the soak's
+    verdict (report lines and verdict on stderr, the churn's report on stdout)."""
+    from monotape.loadgen.churn import ChurnConfig
+    from monotape.loadgen.soak import SoakConfig, run_soak
+
+    if args.url:
+        print("monotape load churn: --writers starts its own node; drop --url", file=sys.stderr)
+        return 2
+    try:
+        knobs = msgspec.convert(_given(args, ChurnConfig), ChurnConfig)
+        plan = SoakConfig(
+            writers=args.writers,
+            churn=knobs,
+            warmup_s=3.0,
+            settle_s=8.0,  # 4 invariant checks at 2 s
+            sample_every_s=2.0,
+            report_every_s=10.0,
+            invariant_interval_s=2.0,
+        )
+    except msgspec.ValidationError as exc:
+        print(f"monotape load churn: {exc}", file=sys.stderr)
+        return 2
+    try:
+        verdict = run_loop(run_soak(plan, sys.stderr))
+    except RuntimeError as exc:  # the node did not start
+        print(f"monotape load churn: {exc}", file=sys.stderr)
+        return 1
+    if verdict.churn is not None:
+        sys.stdout.write(msgspec.json.format(msgspec.json.encode(verdict.churn)).decode() + "\n")
+    return 0 if verdict.passed else 1
+
+
+def _add_writers(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument(
+        "--writers",
+        type=bounded(int, "a whole number", lambda v: 0 <= v <= 16, _WRITERS_RULE),
+        metavar="N",
+        help=what,
+    )
+
+
 def add_churn(load_sub: SubParsers) -> argparse.ArgumentParser:
     from monotape.loadgen.churn import ChurnConfig
 
@@ -66,7 +117,38 @@ def add_churn(load_sub: SubParsers) -> argparse.ArgumentParser:
     add_common(parser)
     parser.add_argument("--url", help=URL_HELP)
     add_token_flag(parser)
+    _add_writers(
+        parser,
+        "churn a node of its own, `monotape run --writers N` (0: one process), instead of the "
+        "running one, and judge it with the soak's verdict (docs/churn.md)",
+    )
     _add_knobs(parser, ChurnConfig(), "docs/churn.md")
+    return parser
+
+
+def soak(args: argparse.Namespace) -> int:
+    """``load soak``: ``python -m monotape.loadgen.soak`` as a subcommand (docs/soak.md)."""
+    from monotape.loadgen.soak import run_soak
+    from monotape.loadgen.soak_plan import config_from_namespace
+
+    plan = config_from_namespace(args)
+    try:
+        verdict = run_loop(run_soak(plan))
+    except RuntimeError as exc:  # the node did not start
+        print(f"monotape load soak: {exc}", file=sys.stderr)
+        return 1
+    return 0 if verdict.passed else 1
+
+
+def add_soak(load_sub: SubParsers) -> argparse.ArgumentParser:
+    from monotape.loadgen.soak_plan import add_soak_flags
+
+    parser = load_sub.add_parser(
+        "soak",
+        help="start `monotape run` (--writers N: the multi-process host), churn it for hours, "
+        "then judge it: PASS/FAIL (docs/soak.md); loopback only",
+    )
+    add_soak_flags(parser)
     return parser
 
 

@@ -50,23 +50,13 @@ def _from_node(base: str, token: str | None, pattern: str, cfg: Config, minted: 
 
 def _built_in(pattern: str, cfg: Config) -> dict[str, Any]:
     from monotape.platform.feeds.simulator import build_universe
-    from monotape.platform.node.admin_desk import match_keys
+    from monotape.platform.node.admin_desk import match_keys, symbol_row
 
     sim = cfg.simulator
     universe = build_universe(sim.venues, sim.instruments, sim.seed)
     by_key = {i.key: i for i in universe}
     keys = match_keys([i.key for i in universe], pattern)
-    rows = [
-        {
-            "key": k,
-            "venue": by_key[k].venue,
-            "symbol": by_key[k].symbol,
-            "price_decimals": by_key[k].price_decimals,
-            "price_scale": 10 ** by_key[k].price_decimals,
-            "current": None,
-        }
-        for k in keys
-    ]
+    rows = [symbol_row(by_key[k]) for k in keys]
     return {"pattern": pattern, "count": len(keys), "symbols": rows}
 
 

@@ -120,11 +120,25 @@ class StageRecorder:
         """Record an array of latencies (ns) straight into the active histogram."""
         self.flush()
         us, clamped = hdr.clamp_ns_to_us(values_ns)
-        us = us.reshape(-1)
-        hdr.record_us(self._active, us)
-        self.buckets.add_us(us)
+        self._record_us(us.reshape(-1))
         self.clamped += clamped
-        self.recorded += int(us.shape[0])
+
+    def add_counts_ns(
+        self, values_ns: npt.NDArray[np.int64], counts: npt.NDArray[np.int64]
+    ) -> None:
+        """Record ``counts[i]`` values of ``values_ns[i]`` each (ns), straight into the active
+        histogram: a batch of ticks that share one stamp (say, a bus batch admitted at one
+        instant and carried by one frame) is one value with its count, not one per tick."""
+        if len(values_ns) == 0:
+            return
+        us = values_ns // 1000
+        clamped = (us < 0) | (us > hdr.HIGHEST_US)
+        if clamped.any():
+            self.clamped += int(counts[clamped].sum())
+            us = np.clip(us, 0, hdr.HIGHEST_US)
+        hdr.record_counts_us(self._active, us, counts)
+        self.buckets.add_counts_us(us, counts)
+        self.recorded += int(counts.sum())
 
     def flush(self) -> None:
         """Move the buffered values into the active histogram."""
@@ -132,11 +146,18 @@ class StageRecorder:
         if n == 0:
             return
         us, clamped = hdr.clamp_ns_to_us(self._view[:n])
-        hdr.record_us(self._active, us)
-        self.buckets.add_us(us)
+        self._record_us(us)
         self.clamped += clamped
-        self.recorded += n
         self._fill = 0
+
+    def _record_us(self, us: npt.NDArray[np.int64]) -> None:
+        index = hdr.counts_index(self._active, us)
+        dense = hdr.record_us(self._active, us, index)
+        if dense is None:
+            self.buckets.add_us(us)
+        else:  # a large flush: the buckets from its per-index counts, no second search
+            self.buckets.add_dense(dense, us, index)
+        self.recorded += int(us.shape[0])
 
     def rotate(self, now_ms: int) -> Interval:
         """Close the interval at ``now_ms`` (wall ms) and start the next one.

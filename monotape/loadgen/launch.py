@@ -14,6 +14,10 @@ benchmarks and the soak; nothing else starts a node, and nothing else reads ``/m
   failure reports, the last ``TAIL_LINES`` always, each line to ``on_line`` if given;
 - a stop with a deadline: SIGINT (the first Ctrl-C: a drain), then SIGKILL if it overstays.
 
+``writers=N`` starts the multi-process host (``monotape run --writers N``, docs/processes.md)
+the same way: it prints the same two lines, and its /metrics is every process's under a
+``process`` label (``sum_samples`` without one gives the host's total).
+
 Sync by default; the ``a``-prefixed twins (``alaunch``, ``aget``, ``ametrics``, ``astop`` …)
 run the same calls in a worker thread for callers on an event loop (the soak).
 """
@@ -226,11 +230,13 @@ def launch(
     on_line: Callable[[str], None] | None = None,
     token_ttl_s: float = 3600.0,
     sub: str = "tests",
+    writers: int | None = None,
 ) -> RunningNode:
     """Start the node; RuntimeError (with its output) if it does not say where it listens within
     ``timeout_s``. ``data_dir`` None: a temporary one, removed at the stop. ``preexec_fn`` runs
     in the child before exec (e.g. CPU pinning, so every thread of the node inherits it).
-    ``on_line`` sees every output line, from the drain thread."""
+    ``on_line`` sees every output line, from the drain thread. ``writers``: ``--writers N``
+    (0: the one-process node, N > 0: the multi-process host); None leaves it to ``args``."""
     tmp = tempfile.TemporaryDirectory(prefix="monotape-node-") if data_dir is None else None
     where = Path(tmp.name if tmp is not None else str(data_dir))
     where.mkdir(parents=True, exist_ok=True)
@@ -238,6 +244,8 @@ def launch(
         sys.executable, "-m", "monotape", "run",
         "--ws-port", "0", "--admin-port", "0", "--data-dir", str(where), *args,
     ]  # fmt: skip
+    if writers is not None:
+        cmd += ["--writers", str(writers)]
     proc = subprocess.Popen(
         cmd,
         stdout=subprocess.PIPE,

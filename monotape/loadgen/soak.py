@@ -23,6 +23,15 @@ its drain), the settle and the stop all have deadlines; the server is killed if 
 The node is the launcher's (``launch.RunningNode``: free ports, its own data dir, tokens,
 ``/metrics`` parsed by Prometheus' own parser); the knobs and the command line live in
 ``soak_plan``, the verdict and the report lines in ``soak_verdict``.
+
+``writers`` > 0 soaks the multi-process host instead (``monotape run --writers N``,
+docs/processes.md) with the same churn and the same verdict, read from what a host serves:
+its /metrics, every process's series under a ``process`` label (the node-wide figures are their
+totals; tasks, fds and RSS are judged per process), and the invariants each writer checks and
+logs. A host has no ``/admin/invariants`` (its invariant line says so), and adds one check: no
+process restarted and every writer served terminals. Its baseline and final samples are taken
+only once every process answered the host's scrape (a few tries), since a process left out of
+one would be judged on nothing.
 """
 
 from __future__ import annotations
@@ -74,6 +83,7 @@ __all__ = [
 ]
 
 _TRIPPED: Final = "invariant_tripped"
+_WHOLE_TRIES: Final = 4  # scrapes for a baseline or final sample that every process is in
 
 
 # -- the server --------------------------------------------------------------------------------
@@ -95,17 +105,27 @@ async def _start(cfg: SoakConfig, trips: _Trips) -> RunningNode:
     """``monotape run`` with the invariants checked every ``invariant_interval_s``, and tokens
     valid for the whole run (with an hour to spare). Without one (other keys configured) the
     churn's upgrades are refused and the verdict says so."""
-    ttl_s = cfg.warmup_s + cfg.duration_s + cfg.churn_drain_s + cfg.settle_s + 3600
+    ttl_s = cfg.warmup_s + cfg.duration_s + cfg.churn_config().drain_s + cfg.settle_s + 3600
+    env = {"MONOTAPE_SERVER__INVARIANT_INTERVAL_S": str(cfg.invariant_interval_s)}
+    if cfg.on_host:
+        # Each role's scrape gets half of ours, so the host answers before we give up on it.
+        env["MONOTAPE_HOST__SCRAPE_TIMEOUT_S"] = f"{cfg.scrape_timeout_s / 2:g}"
     return await alaunch(
         cfg.data_dir,
         "--rate", f"{cfg.server_rate:g}", *cfg.server_args,
-        env={"MONOTAPE_SERVER__INVARIANT_INTERVAL_S": str(cfg.invariant_interval_s)},
+        writers=cfg.writers if cfg.on_host else None,
+        env=env,
         timeout_s=cfg.startup_timeout_s,
         keep_lines=0,  # hours of output: the launcher's tail is enough
         on_line=trips,
         token_ttl_s=ttl_s,
         sub="monotape-soak",
     )  # fmt: skip
+
+
+def _complete(s: Sample) -> bool:
+    """Every process the host runs answered its scrape (always true of one process)."""
+    return s.up.keys() <= s.processes.keys()
 
 
 async def _invariant_trips(node: RunningNode, timeout_s: float) -> dict[str, int] | None:
@@ -157,6 +177,17 @@ class _Soak:
             self.print(format_report_line(s, self.progress, self.phase))
         return s
 
+    async def whole_sample(self) -> Sample | None:
+        """A sample every process is in: the baseline and the final are judged per process.
+        A few tries, a second apart; else the last one (the verdict names who is missing)."""
+        s = await self.sample(force_report=True)
+        for _ in range(_WHOLE_TRIES - 1):
+            if s is not None and _complete(s):
+                break
+            await asyncio.sleep(1.0)
+            s = await self.sample(force_report=True)
+        return s
+
     async def sample_until(self, deadline: float) -> None:
         """Sample every ``sample_every_s`` until ``deadline`` (loop time)."""
         while (left := deadline - self.loop.time()) > 0:
@@ -181,18 +212,17 @@ async def run_soak(cfg: SoakConfig, out: TextIO = sys.stdout) -> SoakVerdict:
     try:
         soak = _Soak(cfg, out, server)
         churn_cfg = cfg.churn_config()
+        what = f"monotape run --writers {cfg.writers}" if cfg.on_host else "monotape run"
         soak.print(
-            f"soak: monotape run on {server.bare_url} (metrics :{server.admin_port}), "
-            f"churn {cfg.hours:g} h at {cfg.arrival_rate_per_s:g}/s x {cfg.rate_multiple:g}, "
-            f"{cfg.rst_share:.0%} RST, mean session {cfg.mean_session_s:g} s, "
-            f"max {cfg.max_connections} open; invariants every {cfg.invariant_interval_s:g} s"
+            f"soak: {what} on {server.bare_url} (metrics :{server.admin_port}), "
+            f"churn {hms(churn_cfg.duration_s)} at {churn_cfg.arrival_rate_per_s:g}/s "
+            f"x {churn_cfg.rate_multiple:g}, {churn_cfg.rst_share:.0%} RST, mean session "
+            f"{churn_cfg.mean_session_s:g} s, max {churn_cfg.max_connections} open; "
+            f"invariants every {cfg.invariant_interval_s:g} s"
         )
         # Baseline: the server up and settled, no terminal yet.
         await asyncio.sleep(cfg.warmup_s)
-        baseline = await soak.sample(force_report=True)
-        if baseline is None:  # one retry: the baseline is what everything is judged against
-            await asyncio.sleep(1.0)
-            baseline = await soak.sample(force_report=True)
+        baseline = await soak.whole_sample()  # what everything is judged against
 
         soak.phase = "churn"
         soak.last_report = soak.loop.time()
@@ -220,8 +250,10 @@ async def run_soak(cfg: SoakConfig, out: TextIO = sys.stdout) -> SoakVerdict:
         await soak.sample(force_report=True)
         await soak.sample_until(soak.loop.time() + cfg.settle_s)
         soak.phase = "final"
-        final = await soak.sample(force_report=True)
-        invariant_trips = await _invariant_trips(server, cfg.scrape_timeout_s)
+        final = await soak.whole_sample()
+        invariant_trips = (
+            None if cfg.on_host else await _invariant_trips(server, cfg.scrape_timeout_s)
+        )
 
         # SIGTERM, what a service manager sends (docs/deploy.md): the verdict judges that path.
         code = await server.astop(cfg.stop_timeout_s, signal.SIGTERM)
@@ -237,6 +269,7 @@ async def run_soak(cfg: SoakConfig, out: TextIO = sys.stdout) -> SoakVerdict:
             server_exit=code,
             missed_scrapes=soak.missed,
             elapsed_s=time.monotonic() - started,
+            writers=cfg.writers,
         )
         soak.print(format_verdict(verdict))
         if not verdict.passed:

@@ -1,5 +1,7 @@
 """The soak's plan: its knobs (``SoakConfig``, ``Tolerances``), the command line that fills them
-(``make soak``, docs/soak.md), and ``Sample``, the soak's view of one scrape of ``/metrics``."""
+(``make soak``, ``monotape load soak``, docs/soak.md), and ``Sample``, the soak's view of one
+scrape of ``/metrics``: of the one-process node, or of a host (``monotape run --writers N``),
+whose /metrics carries every process's series under a ``process`` label."""
 
 from __future__ import annotations
 
@@ -20,7 +22,10 @@ __all__ = [
     "Sample",
     "SoakConfig",
     "Tolerances",
+    "Usage",
+    "add_soak_flags",
     "config_from_args",
+    "config_from_namespace",
     "parse_metrics",
     "sample_of",
 ]
@@ -31,6 +36,8 @@ Share = Annotated[float, Meta(ge=0, le=1)]
 
 _PROCESS_RSS: Final = "process_resident_memory_bytes"
 _PROCESS_FDS: Final = "process_open_fds"
+# The series judged per process on a host, and the Usage field each one fills.
+_USAGE: Final = {m.ASYNCIO_TASKS: "tasks", _PROCESS_FDS: "fds", _PROCESS_RSS: "rss_bytes"}
 
 
 class Tolerances(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
@@ -65,6 +72,11 @@ class SoakConfig(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_field
     server_rate: Positive = 6_000.0  # `monotape run --rate`: simulated ticks/s
     invariant_interval_s: Positive = 5.0  # MONOTAPE_SERVER__INVARIANT_INTERVAL_S for the server
     server_args: tuple[str, ...] = ()  # extra `monotape run` flags
+    # `monotape run --writers N`: 0 is the one-process node; N > 0 the multi-process host
+    writers: Annotated[int, Meta(ge=0, le=16)] = 0
+    # The churn's knobs as given (`monotape load churn --writers N`): used as they are instead
+    # of the ones derived from hours, rate and the rest above.
+    churn: ChurnConfig | None = None
     data_dir: str | None = None  # the server's --data-dir; a temporary one by default
     startup_timeout_s: Positive = 60.0
     scrape_timeout_s: Positive = 10.0
@@ -73,9 +85,15 @@ class SoakConfig(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_field
 
     @property
     def duration_s(self) -> float:
-        return self.hours * 3600.0
+        return self.churn.duration_s if self.churn is not None else self.hours * 3600.0
+
+    @property
+    def on_host(self) -> bool:
+        return self.writers > 0
 
     def churn_config(self) -> ChurnConfig:
+        if self.churn is not None:
+            return self.churn
         rate = self.arrival_rate_per_s * self.rate_multiple
         return ChurnConfig(
             arrival_rate_per_s=self.arrival_rate_per_s,
@@ -92,8 +110,23 @@ class SoakConfig(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_field
         )
 
 
+class Usage(msgspec.Struct, kw_only=True, frozen=True):
+    """One process's tasks, fds and RSS in one scrape of a host (None: it did not say)."""
+
+    tasks: float | None = None
+    fds: float | None = None
+    rss_bytes: float | None = None
+
+
 class Sample(msgspec.Struct, kw_only=True, frozen=True):
-    """One scrape of /metrics: what the report prints and the verdict judges."""
+    """One scrape of /metrics: what the report prints and the verdict judges.
+
+    On a host the node-wide fields are the processes' totals (connections, index entries and
+    disconnects summed over writers; an invariant is violated if it is in any writer; the
+    write p99 is the worst writer's), and the per-process fields say who: ``processes`` (each
+    one's own tasks, fds, RSS: judged against its own baseline), ``up``, ``restarts`` and
+    ``served`` (terminals each writer saw leave: the split over writers). Empty on one process.
+    """
 
     elapsed_s: float
     connections: float | None = None
@@ -104,6 +137,10 @@ class Sample(msgspec.Struct, kw_only=True, frozen=True):
     rss_bytes: float | None = None
     p99_write_s: float | None = None
     disconnects: dict[str, float] = msgspec.field(default_factory=dict)  # {reason}
+    processes: dict[str, Usage] = msgspec.field(default_factory=dict)  # {process}
+    up: dict[str, float] = msgspec.field(default_factory=dict)  # monotape_process_up {process}
+    restarts: dict[str, float] = msgspec.field(default_factory=dict)  # {"process reason"}
+    served: dict[str, float] = msgspec.field(default_factory=dict)  # disconnects by {process}
 
     @property
     def tripped(self) -> list[str]:
@@ -111,34 +148,57 @@ class Sample(msgspec.Struct, kw_only=True, frozen=True):
 
 
 # -- /metrics ----------------------------------------------------------------------------------
+def _add(into: dict[str, float], key: str, value: float) -> None:
+    into[key] = into.get(key, 0.0) + value
+
+
+def _total(v: float | None, add: float) -> float:
+    return add if v is None else v + add
+
+
 def sample_of(samples: Samples, elapsed_s: float) -> Sample:
-    """The soak's view of one scrape (``launch.parse_samples``: Prometheus' own parser)."""
+    """The soak's view of one scrape (``launch.parse_samples``: Prometheus' own parser): of one
+    process, or of every process of a host (series told apart by their ``process`` label)."""
     conns = tasks = fds = rss = p99 = None
     index: dict[str, float] = {}
     invariants: dict[str, float] = {}
     disconnects: dict[str, float] = {}
+    usage: dict[str, dict[str, float]] = {}
+    up: dict[str, float] = {}
+    restarts: dict[str, float] = {}
+    served: dict[str, float] = {}
     for (name, pairs), value in samples.items():
         labels = dict(pairs)
+        proc = labels.get("process")
         if name == m.CONNECTIONS:
-            conns = value
+            conns = _total(conns, value)
         elif name == m.INDEX_ENTRIES:
-            index[labels.get("index", "")] = value
+            _add(index, labels.get("index", ""), value)
         elif name == m.INVARIANT_VIOLATION:
-            invariants[labels.get("invariant", "")] = value
-        elif name == m.ASYNCIO_TASKS:
-            tasks = value
-        elif name == _PROCESS_FDS:
-            fds = value
-        elif name == _PROCESS_RSS:
-            rss = value
+            key = labels.get("invariant", "")
+            invariants[key] = max(invariants.get(key, 0.0), value)
+        elif name in _USAGE:
+            tasks, fds, rss = (
+                _total(tasks, value) if name == m.ASYNCIO_TASKS else tasks,
+                _total(fds, value) if name == _PROCESS_FDS else fds,
+                _total(rss, value) if name == _PROCESS_RSS else rss,
+            )
+            if proc is not None:
+                usage.setdefault(proc, {})[_USAGE[name]] = value
         elif (
             name == m.STAGE_LATENCY
             and labels.get("stage") == "write"
             and labels.get("quantile") == "0.99"
         ):
-            p99 = value
+            p99 = value if p99 is None else max(p99, value)
         elif name == m.DISCONNECTS:
-            disconnects[labels.get("reason", "")] = value
+            _add(disconnects, labels.get("reason", ""), value)
+            if proc is not None:
+                _add(served, proc, value)
+        elif name == m.PROCESS_UP and proc is not None:
+            up[proc] = value
+        elif name == m.PROCESS_RESTARTS and proc is not None:
+            _add(restarts, f"{proc} {labels.get('reason', '')}", value)
     return Sample(
         elapsed_s=round(elapsed_s, 3),
         connections=conns,
@@ -149,6 +209,10 @@ def sample_of(samples: Samples, elapsed_s: float) -> Sample:
         rss_bytes=rss,
         p99_write_s=p99,
         disconnects=disconnects,
+        processes={p: msgspec.convert(u, Usage) for p, u in sorted(usage.items())},
+        up=up,
+        restarts=restarts,
+        served=served,
     )
 
 
@@ -168,16 +232,19 @@ def _env_float(name: str) -> float | None:
         raise SystemExit(f"soak: {name}={raw!r} is not a number") from None
 
 
-def _parser() -> argparse.ArgumentParser:
+def add_soak_flags(p: argparse.ArgumentParser) -> None:
+    """The soak's flags, for ``python -m monotape.loadgen.soak`` and ``monotape load soak``."""
     d = SoakConfig()
-    p = argparse.ArgumentParser(
-        prog="python -m monotape.loadgen.soak",
-        description="Churn the real `monotape run` on loopback for hours, then judge it: "
-        "invariants 0 at every sample, every index empty, tasks/fds/RSS back to the baseline "
-        "(docs/soak.md). Exit 0 on PASS, 1 on FAIL.",
-    )
     p.add_argument("--hours", type=float, help="churn duration (env HOURS; default 1)")
     p.add_argument("--rate", type=float, help="churn rate multiple (env RATE; default 1.3)")
+    p.add_argument(
+        "--writers",
+        type=int,
+        default=d.writers,
+        metavar="N",
+        help="soak `monotape run --writers N`, the multi-process host (docs/processes.md); "
+        "default 0: the one-process node",
+    )
     p.add_argument("--report-every", type=float, default=d.report_every_s, metavar="S")
     p.add_argument("--sample-every", type=float, default=d.sample_every_s, metavar="S")
     p.add_argument("--settle", type=float, default=d.settle_s, metavar="S")
@@ -190,16 +257,32 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--invariant-interval", type=float, default=d.invariant_interval_s)
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--data-dir", help="the server's data dir (default: a temporary one)")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m monotape.loadgen.soak",
+        description="Churn the real `monotape run` on loopback for hours, then judge it: "
+        "invariants 0 at every sample, every index empty, tasks/fds/RSS back to the baseline "
+        "(docs/soak.md). Exit 0 on PASS, 1 on FAIL.",
+    )
+    add_soak_flags(p)
     return p
 
 
 def config_from_args(argv: Sequence[str] | None = None) -> SoakConfig:
-    args = _parser().parse_args(argv)
+    return config_from_namespace(_parser().parse_args(argv))
+
+
+def config_from_namespace(args: argparse.Namespace) -> SoakConfig:
+    """The config from the flags of ``add_soak_flags`` (HOURS and RATE from the environment
+    when the flags are absent); SystemExit naming the knob when a value is out of range."""
     hours = args.hours if args.hours is not None else _env_float("HOURS")
     rate = args.rate if args.rate is not None else _env_float("RATE")
     fields: Mapping[str, object] = {
         "hours": hours if hours is not None else 1.0,
         "rate_multiple": rate if rate is not None else 1.3,
+        "writers": args.writers,
         "report_every_s": args.report_every,
         "sample_every_s": args.sample_every,
         "settle_s": args.settle,

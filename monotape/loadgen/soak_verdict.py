@@ -1,19 +1,24 @@
 """The soak's verdict and its report lines: pure functions of the samples, so they are
-unit-tested apart from the hours a soak normally takes (docs/soak.md explains each check)."""
+unit-tested apart from the hours a soak normally takes (docs/soak.md explains each check).
+
+One verdict for both shapes of the node, the one process and the host of processes
+(``monotape run --writers N``: tasks, fds and RSS judged per process, its supervision as the
+``processes`` check), so the two runs differ only where the node does."""
 
 from __future__ import annotations
 
 import collections
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Final
 
 import msgspec
 
 from monotape import metric_names as m
 from monotape.loadgen.churn import ChurnProgress, ChurnReport
-from monotape.loadgen.soak_plan import Sample, Tolerances
+from monotape.loadgen.soak_plan import Sample, Tolerances, Usage
 
 __all__ = [
+    "NOT_ON_HOST",
     "Check",
     "SoakVerdict",
     "format_report_line",
@@ -24,6 +29,7 @@ __all__ = [
 
 MAX_TRIP_LINES: Final = 20
 _MB: Final = 1024 * 1024
+NOT_ON_HOST: Final = "not measured on a host"
 
 
 class Check(msgspec.Struct, frozen=True):
@@ -102,9 +108,21 @@ def judge(
     server_exit: int | None = 0,
     missed_scrapes: int = 0,
     elapsed_s: float = 0.0,
+    writers: int = 0,
 ) -> SoakVerdict:
-    """PASS only if every check holds; each failed check names its numbers (docs/soak.md)."""
+    """PASS only if every check holds; each failed check names its numbers (docs/soak.md).
+
+    ``writers`` > 0: the samples are a host's (``monotape run --writers N``): tasks, fds and
+    RSS are judged per process against its own baseline (the same bounds), and ``processes``
+    asks that every process stayed up, none restarted and every writer served terminals."""
     tol = tolerances
+    on_host = writers > 0
+    # A writer missing from the final scrape would make its connections and entries look like 0.
+    silent = (
+        [f"writer-{i}" for i in range(writers) if f"writer-{i}" not in final.processes]
+        if on_host and final is not None
+        else []
+    )
     trips = list(tripped_log_lines)
     checks: list[Check] = []
 
@@ -135,6 +153,8 @@ def judge(
     else:
         names = sorted({n for s in seen for n in s.invariants})
         also = "" if invariant_trips is None else ", no trip in /admin/invariants"
+        if on_host and invariant_trips is None:
+            also = f" (each the worst writer's); /admin/invariants trips: {NOT_ON_HOST}"
         detail = f"{', '.join(names)} 0 in {len(seen)} samples{also}"
         checks.append(Check("invariants", True, detail))
 
@@ -150,13 +170,19 @@ def judge(
         checks.append(Check("scrapes", True, f"{len(samples)} read, {missed_scrapes} failed"))
 
     # 3. Connections and indexes: exactly empty once every client has left.
-    if final is None or final.connections is None:
+    if silent:
+        gone = f"no final sample from {', '.join(silent)}"
+        checks.append(Check("connections", False, gone))
+        checks.append(Check("index_empty", False, gone))
+    elif final is None or final.connections is None:
         checks.append(Check("connections", False, f"no final {m.CONNECTIONS}"))
     else:
         checks.append(
             Check("connections", final.connections == 0, f"{final.connections:.0f} open (want 0)")
         )
-    if final is None or not final.index_entries:
+    if silent:
+        pass  # said above
+    elif final is None or not final.index_entries:
         checks.append(Check("index_empty", False, f"no final {m.INDEX_ENTRIES}"))
     else:
         leaked = {k: v for k, v in sorted(final.index_entries.items()) if v != 0}
@@ -179,24 +205,34 @@ def judge(
             detail = f"{f:.0f} vs baseline {b:.0f} (limit {limit:.0f})"
         checks.append(Check(name, ok, detail))
 
-    b_tasks = baseline.tasks if baseline else None
-    b_fds = baseline.fds if baseline else None
-    b_rss = baseline.rss_bytes if baseline else None
-    against(
-        "tasks",
-        b_tasks,
-        final.tasks if final else None,
-        (b_tasks or 0) + tol.task_slack,
-        "n",
-    )
-    against("fds", b_fds, final.fds if final else None, (b_fds or 0) + tol.fd_slack, "n")
-    against(
-        "rss",
-        b_rss,
-        final.rss_bytes if final else None,
-        (b_rss or 0) * tol.rss_ratio + tol.rss_slack_mb * _MB,
-        "mb",
-    )
+    if on_host:
+        base = baseline.processes if baseline else {}
+        end = final.processes if final else {}
+        slack = tol.rss_slack_mb * _MB
+        checks.append(_per_process("tasks", "tasks", base, end, lambda b: b + tol.task_slack))
+        checks.append(_per_process("fds", "fds", base, end, lambda b: b + tol.fd_slack))
+        checks.append(
+            _per_process("rss", "rss_bytes", base, end, lambda b: b * tol.rss_ratio + slack)
+        )
+    else:
+        b_tasks = baseline.tasks if baseline else None
+        b_fds = baseline.fds if baseline else None
+        b_rss = baseline.rss_bytes if baseline else None
+        against(
+            "tasks",
+            b_tasks,
+            final.tasks if final else None,
+            (b_tasks or 0) + tol.task_slack,
+            "n",
+        )
+        against("fds", b_fds, final.fds if final else None, (b_fds or 0) + tol.fd_slack, "n")
+        against(
+            "rss",
+            b_rss,
+            final.rss_bytes if final else None,
+            (b_rss or 0) * tol.rss_ratio + tol.rss_slack_mb * _MB,
+            "mb",
+        )
 
     # 5. The churn: it ran, and without errors or stragglers.
     if churn is None:
@@ -231,7 +267,10 @@ def judge(
             )
         )
 
-    # 6. The server stopped cleanly on SIGTERM.
+    # 6. The processes of a host: all up, none restarted, every writer served terminals.
+    checks.append(_processes(baseline, final, writers))
+
+    # 7. The server stopped cleanly on SIGTERM.
     checks.append(
         Check(
             "server_exit",
@@ -253,6 +292,73 @@ def judge(
         invariant_trips=dict(invariant_trips) if invariant_trips is not None else None,
         server_exit=server_exit,
         elapsed_s=round(elapsed_s, 3),
+    )
+
+
+def _per_process(
+    name: str,
+    field: str,
+    base: Mapping[str, Usage],
+    end: Mapping[str, Usage],
+    limit_of: Callable[[float], float],
+) -> Check:
+    """One of tasks, fds, RSS on a host: every process against its own baseline. A process
+    seen at one end only is not judged, and fails the check (it vanished, or was missed)."""
+    rows: list[tuple[str, float, float, float]] = []
+    unjudged: list[str] = []
+    for proc in sorted(base.keys() | end.keys()):
+        b = getattr(base[proc], field) if proc in base else None
+        f = getattr(end[proc], field) if proc in end else None
+        if b is not None and f is not None:
+            rows.append((proc, b, f, limit_of(b)))
+        elif b is not None or f is not None:
+            unjudged.append(proc)
+    if not rows:
+        return Check(name, False, "no baseline or final value of any process")
+    over = [r for r in rows if r[2] > r[3]]
+    shown = over or [max(rows, key=lambda r: r[2] - r[3])]  # else the closest to its limit
+
+    def show(v: float) -> str:
+        return _mb(v) if field == "rss_bytes" else f"{v:.0f}"
+
+    detail = "; ".join(
+        f"{p} {show(f)} vs baseline {show(b)} (limit {show(lim)})" for p, b, f, lim in shown
+    )
+    if not over:
+        detail = f"{len(rows)} processes within, closest: {detail}"
+    if unjudged:
+        detail += f"; no baseline or no final value from {', '.join(unjudged)}"
+    return Check(name, not over and not unjudged, detail)
+
+
+def _processes(baseline: Sample | None, final: Sample | None, writers: int) -> Check:
+    """A host's supervision over the run. A process that crashed and came back hides what it
+    leaked (its gauges start again from nothing), so a restart fails the soak; and a writer
+    that served no terminal was not soaked at all."""
+    if writers == 0:
+        return Check("processes", True, "one process (no host)")
+    if final is None or not final.up:
+        return Check("processes", False, f"no final {m.PROCESS_UP}")
+    start_up = baseline.up if baseline else {}
+    start_restarts = baseline.restarts if baseline else {}
+    start_served = baseline.served if baseline else {}
+    problems = []
+    if down := sorted(p for p, v in final.up.items() if v != 1):
+        problems.append(f"down at the end: {', '.join(down)}")
+    if gone := sorted(start_up.keys() - final.up.keys()):
+        problems.append(f"gone at the end: {', '.join(gone)}")
+    restarted = {k: v - start_restarts.get(k, 0.0) for k, v in sorted(final.restarts.items())}
+    if crashed := {k: v for k, v in restarted.items() if v > 0}:
+        problems.append("restarted: " + ", ".join(f"{k} x{v:.0f}" for k, v in crashed.items()))
+    names = [f"writer-{i}" for i in range(writers)]
+    served = {w: final.served.get(w, 0.0) - start_served.get(w, 0.0) for w in names}
+    if idle := [w for w, n in served.items() if n <= 0]:
+        problems.append(f"served no terminal: {', '.join(idle)}")
+    split = ", ".join(f"{w} {n:.0f}" for w, n in served.items())
+    if problems:
+        return Check("processes", False, "; ".join(problems) + f" [terminals served: {split}]")
+    return Check(
+        "processes", True, f"{len(final.up)} up, none restarted; terminals served: {split}"
     )
 
 

@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import re
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -194,3 +199,36 @@ async def test_nothing_listening_is_a_churn_failed_carrying_the_refused_connect(
             await run_churn(f"ws://127.0.0.1:{port}/?token=secret", ChurnConfig(duration_s=1))
     assert isinstance(err.value.failure, ConnectionRefusedError)
     assert "secret" not in str(err.value) and f"127.0.0.1:{port}/" in str(err.value)
+
+
+@pytest.mark.e2e
+def test_load_churn_writers_2_churns_its_own_host_and_judges_it(tmp_path: Path) -> None:
+    # `monotape load churn --writers 2`: the churn against a multi-process host it starts
+    # itself, then the soak's verdict on it (the same checks as against one process).
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MONOTAPE_")}
+    done = subprocess.run(
+        [
+            sys.executable, "-m", "monotape", "load", "churn", "--writers", "2",
+            # 40 arrivals/s (as the in-process churn above), sessions of 3 s: a 503's Retry-After
+            # (the host shedding on a busy machine) must not outlast a session's planned end,
+            # or the session gives up and the verdict's 5% rule trips on a short run.
+            "--arrival-rate-per-s", "40", "--duration-s", "15", "--mean-session-s", "3",
+            "--mean-change-interval-s", "0.5", "--max-connections", "200", "--seed", "5",
+        ],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "monotape run --writers 2" in done.stderr
+    assert "soak verdict: PASS" in done.stderr, done.stderr
+    checks = [line.split()[:2] for line in done.stderr.splitlines() if line.startswith("  ")]
+    assert [name for _, name in checks] == [
+        "invariants", "scrapes", "connections", "index_empty", "tasks", "fds", "rss", "churn",
+        "processes", "server_exit",
+    ]  # fmt: skip
+    assert all(ok == "ok" for ok, _ in checks), done.stderr
+    processes = next(line for line in done.stderr.splitlines() if "ok   processes" in line)
+    served = dict(re.findall(r"(writer-\d) (\d+)", processes))
+    assert sorted(served) == ["writer-0", "writer-1"] and all(int(n) > 0 for n in served.values())
+    report = json.loads(done.stdout)  # the churn's own report, as without --writers
+    assert report["opened"] > 100 and report["errors"] == 0, report
+    assert report["closed"] + report["rst"] == report["opened"], report

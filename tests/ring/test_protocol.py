@@ -131,6 +131,82 @@ def test_snapshot_table(ring: RingPair) -> None:
     assert r.snapshot(6) == SnapshotChunk((1, 1), b"x" * limit)
 
 
+def test_the_table_keeps_two_records_tagged_with_their_frames_entry(ring: RingPair) -> None:
+    """A put is tagged with the entry its frame will be (the next publish); a reader asks for
+    the newest at or before the entries it has read (``position``), so a record put for a
+    frame it has not read yet is never the one it gets."""
+    producer, reader = ring
+    r = reader(0)
+    assert r.position == 0
+    producer.put_snapshot(5, (1, 1), b"v1")  # for entry 1
+    assert r.snapshot(5, at_most=r.position) is None and r.counters.snapshot_ahead == 1
+    producer.publish(frame(1))
+    assert isinstance(r.poll(), RingFrame) and r.position == 1
+    assert r.snapshot(5, at_most=1) == SnapshotChunk((1, 1), b"v1")
+    producer.put_snapshot(5, (1, 2), b"v2")  # for entry 2, not published yet
+    assert r.snapshot(5, at_most=1) == SnapshotChunk((1, 1), b"v1")
+    assert r.snapshot(5) == SnapshotChunk((1, 2), b"v2")  # the newest, whatever was read
+    producer.put_snapshot(5, (1, 3), b"v2 again")  # the same frame's record again: replaced
+    assert r.snapshot(5, at_most=1) == SnapshotChunk((1, 1), b"v1")
+    producer.publish(frame(2))
+    producer.publish(Entry(EntryKind.PRIORITY, 2, 0, 0, priority={5: b"p"}))  # entry 3
+    producer.put_snapshot(5, (1, 4), b"v4")  # for entry 4: the oldest (v1) goes
+    assert r.snapshot(5, at_most=1) is None and r.counters.snapshot_ahead == 2
+    assert r.snapshot(5, at_most=3) == SnapshotChunk((1, 3), b"v2 again")
+    assert r.snapshot(5, at_most=4) == SnapshotChunk((1, 4), b"v4")
+    assert r.snapshot(6, at_most=4) is None and r.counters.snapshot_ahead == 2  # never put
+    # a refused chunk is an absent record at its entry: the older one still serves entry 3
+    assert producer.put_snapshot(5, (1, 5), b"x" * (producer.geometry.max_chunk + 1)) is (
+        SnapshotPut.TOO_LARGE
+    )
+    assert r.snapshot(5, at_most=3) == SnapshotChunk((1, 3), b"v2 again")
+    assert r.snapshot(5, at_most=4) is None and r.snapshot(5) is None
+    assert r.snapshot(producer.geometry.snapshot_iids, at_most=4) is None  # out of range
+    assert list(producer.table()) == []  # the newest record of 5 is the refused one
+
+
+def test_position_after_a_lap_is_before_the_entry_read_next(ring: RingPair) -> None:
+    producer, reader = ring
+    r = reader(0)
+    for n in range(1, producer.geometry.slots + 4):
+        producer.publish(frame(n, records=1))
+    lap = r.poll()
+    assert isinstance(lap, Lapped) and r.position == lap.resume - 1
+    got = r.poll()
+    assert isinstance(got, RingFrame) and got.no == lap.resume == r.position
+
+
+def test_the_table_lists_what_it_holds(ring: RingPair) -> None:
+    """``table()``: every stored iid, ascending, with its version; a refused chunk is absent."""
+    producer, _ = ring
+    assert list(producer.table()) == []
+    producer.put_snapshot(9, (1, 3), b"nine")
+    producer.put_snapshot(2, (4, 1), b"two")
+    producer.put_snapshot(2, (4, 2), b"two again")
+    producer.put_snapshot(5, (1, 1), b"x" * (producer.geometry.max_chunk + 1))
+    assert list(producer.table()) == [
+        (2, SnapshotChunk((4, 2), b"two again")),
+        (9, SnapshotChunk((1, 3), b"nine")),
+    ]
+
+
+def test_recent_reads_back_what_is_still_in_the_ring_newest_first(ring: RingPair) -> None:
+    producer, _ = ring
+    assert list(producer.recent()) == []
+    sent = [frame(n, records=3) for n in range(1, 4)]
+    for e in sent:
+        producer.publish(e)
+    got = list(producer.recent())
+    assert [f.no for f in got] == [3, 2, 1]
+    for f, e in zip(got, reversed(sent), strict=True):
+        assert_same(f, e, f.no)
+    slots = producer.geometry.slots
+    for n in range(4, slots + 10):  # lapped: only the last ``slots`` entries are left
+        producer.publish(frame(n, records=3))
+    nos = [f.no for f in producer.recent()]
+    assert nos == list(range(slots + 9, 9, -1))
+
+
 def _readable(r: RingReader) -> bool:
     return bool(select.select([r.fileno()], [], [], 0)[0])
 

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ from monotape.platform.ring import (
     ShmReader,
     ShmRing,
     SnapshotChunk,
+    SnapshotPut,
     segment_name,
     sweep_leftovers,
 )
@@ -144,12 +146,116 @@ def test_a_snapshot_put_in_progress_is_never_read() -> None:
         words = memoryview(ring._seg.mm).cast("Q")
         k = ring.geometry.snapshot_offset(7) >> 3
         words[k] += 1  # odd: writing
-        words[k + 3] = 3  # a length already changed under the reader
+        words[k + 4] = 3  # a length already changed under the reader
         assert reader.snapshot(7) is None
         assert reader.counters.snapshot_busy == 1
         words.release()
         ring.put_snapshot(7, (1, 2), b"new chunk")  # the next put from an odd word ends even
         assert reader.snapshot(7) == SnapshotChunk((1, 2), b"new chunk")
+    finally:
+        reader.close()
+        ring.close()
+
+
+class _PutWhileCopying:
+    """The reader's words, with the producer's ``put`` run when the reader first reads the
+    copied slot's length word: a put racing the copy, as another process does."""
+
+    def __init__(self, words: memoryview, length_word: int, put: Callable[[], object]) -> None:
+        self._words, self._at = words, length_word
+        self._put: Callable[[], object] | None = put
+
+    def __getitem__(self, i: int) -> int:
+        if i == self._at and self._put is not None:
+            put, self._put = self._put, None
+            put()
+        return int(self._words[i])
+
+
+def test_a_put_into_the_slot_being_copied_is_read_again_never_mixed() -> None:
+    ring = ShmRing.create(SMALL, tag=unique_tag())
+    reader = ShmReader.attach(ring.name, 0)
+    seg = reader._seg
+    real = seg.words
+    try:
+        ring.put_snapshot(7, (1, 1), b"first")  # entry 1's record, slot 0
+        k = ring.geometry.snapshot_offset(7) >> 3
+        seg.words = _PutWhileCopying(  # type: ignore[assignment]
+            real,
+            k + 4,
+            lambda: ring.put_snapshot(7, (1, 2), b"second!"),  # same entry: slot 0
+        )
+        assert reader.snapshot(7) == SnapshotChunk((1, 2), b"second!")
+        # a reader at entry 1 while entry 3 is put: a put into the other slot changes nothing
+        ring.publish(expected_frame(1))
+        ring.publish(expected_frame(2))
+        ring.put_snapshot(7, (1, 3), b"third")  # entry 3, slot 1: entry 1's stays in slot 0
+        seg.words = _PutWhileCopying(  # type: ignore[assignment]
+            real,
+            k + 4,
+            lambda: ring.put_snapshot(7, (1, 4), b"fourth"),  # entry 3 again: slot 1
+        )
+        assert reader.snapshot(7, at_most=1) == SnapshotChunk((1, 2), b"second!")
+        # then two frames behind: the put for entry 4 takes the older slot, the one it was
+        # copying; read again, and what is left is too new for it
+        ring.publish(expected_frame(3))
+        seg.words = _PutWhileCopying(  # type: ignore[assignment]
+            real,
+            k + 4,
+            lambda: ring.put_snapshot(7, (1, 5), b"fifth"),  # entry 4: slot 0
+        )
+        assert reader.snapshot(7, at_most=1) is None  # never entry 1's bytes under entry 4's
+        assert reader.counters.snapshot_ahead == 1 and reader.counters.snapshot_busy == 0
+        seg.words = real
+        assert reader.snapshot(7, at_most=3) == SnapshotChunk((1, 4), b"fourth")
+        assert reader.snapshot(7, at_most=4) == SnapshotChunk((1, 5), b"fifth")
+    finally:
+        seg.words = real
+        reader.close()
+        ring.close()
+
+
+def test_a_put_in_progress_does_not_hold_up_a_reader_at_its_position(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The put under way is for the frame after the head: a reader asking for the frames it
+    has read takes the other slot at once, even from a producer stopped mid-put."""
+    ring = ShmRing.create(SMALL, tag=unique_tag())
+    reader = ShmReader.attach(ring.name, 0)
+    words = memoryview(ring._seg.mm).cast("Q")
+    naps: list[float] = []
+    monkeypatch.setattr("monotape.platform.ring.shm.time.sleep", naps.append)
+    try:
+        ring.put_snapshot(7, (1, 1), b"one")
+        ring.publish(expected_frame(1))
+        ring.put_snapshot(7, (1, 2), b"two")  # entry 2: slot 1
+        k1 = ring.geometry.snapshot_offset(7, 1) >> 3
+        words[k1] += 1  # stopped in the middle of it
+        assert reader.snapshot(7, at_most=1) == SnapshotChunk((1, 1), b"one")
+        assert naps == [] and reader.counters.snapshot_busy == 0
+    finally:
+        words.release()
+        reader.close()
+        ring.close()
+
+
+def test_the_two_slots_sit_inside_the_table_and_refuse_what_does_not_fit() -> None:
+    ring = ShmRing.create(SMALL, tag=unique_tag())
+    reader = ShmReader.attach(ring.name, 0)
+    g = ring.geometry
+    try:
+        last = g.snapshot_iids - 1
+        assert g.snapshot_offset(last, 1) + g.snapshot_slot_bytes <= g.slots_offset
+        assert g.snapshot_offset(1, 0) == g.snapshot_offset(0, 1) + g.snapshot_slot_bytes
+        assert ring.put_snapshot(last, (1, 1), b"z" * g.max_chunk) is SnapshotPut.STORED
+        ring.publish(expected_frame(1))
+        assert ring.put_snapshot(last, (1, 2), b"z" * (g.max_chunk + 1)) is SnapshotPut.TOO_LARGE
+        assert ring.put_snapshot(last + 1, (1, 2), b"z") is SnapshotPut.OUT_OF_RANGE
+        assert reader.snapshot(last + 1) is None and reader.snapshot(-1, at_most=5) is None
+        assert reader.snapshot(last, at_most=1) == SnapshotChunk((1, 1), b"z" * g.max_chunk)
+        assert reader.snapshot(last, at_most=2) is None  # the refused record: absent
+        assert ring.counters.snapshots_refused == 2
+        assert reader.snapshot(last - 1, at_most=2) is None  # its neighbour untouched
     finally:
         reader.close()
         ring.close()
@@ -172,6 +278,8 @@ def test_a_restarted_producer_is_a_gap_and_numbering_continues() -> None:
         assert reader.poll() == Gap(GapCause.RESTARTED)
         assert reader.snapshot(3) == SnapshotChunk((1, 5), b"three")
         assert reader.snapshot(4) is None and reader.counters.snapshot_busy == 0
+        # what the restarted producer seeds from: the dead one's table, the torn slot left out
+        assert list(restarted.table()) == [(3, SnapshotChunk((1, 5), b"three"))]
         restarted.publish(expected_frame(2))
         got = reader.poll()
         assert isinstance(got, RingFrame) and got.no == 2 and got.frame_no == 2

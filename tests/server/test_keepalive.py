@@ -7,9 +7,11 @@ import base64
 import os
 import struct
 from pathlib import Path
+from typing import Any
 
 import pytest
 from websockets.asyncio.client import connect
+from websockets.asyncio.server import ServerConnection
 
 from monotape.platform.node.node import Node
 from monotape.platform.wire import codec
@@ -87,21 +89,36 @@ async def test_a_ping_that_cannot_be_sent_does_not_stall_the_others(
         tmp_path, {"server.keepalive_interval_s": 1.0, "server.keepalive_timeout_s": 1.0}
     )
     node = Node(cfg)
+    # Patched before anyone connects: under load the first keepalive round can come before
+    # the test sees both connections, and a stuck terminal pinged once would time out too.
+    # The stuck one is the first to connect (the lowest connection id).
+    real_ping = ServerConnection.ping
+
+    def ping(self: ServerConnection, data: Any = None) -> Any:
+        conns = node.server.connections
+        if conns and conns[min(conns)].ws is self:
+            return never_sent()
+        return real_ping(self, data)
+
+    async def never_sent() -> asyncio.Future[float]:
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+    monkeypatch.setattr(ServerConnection, "ping", ping)
     await node.start()
     try:
         _, stuck_writer = await _silent_terminal(node.ws_port)  # first in iteration order
-        _, silent_writer = await _silent_terminal(node.ws_port)
         for _ in range(100):  # the 101 is out before the handler registers the connection
+            if len(node.server.connections) == 1:
+                break
+            await asyncio.sleep(0.05)
+        _, silent_writer = await _silent_terminal(node.ws_port)
+        for _ in range(100):
             if len(node.server.connections) == 2:
                 break
             await asyncio.sleep(0.05)
         stuck_id, silent_id = sorted(node.server.connections)
 
-        async def never_sent() -> asyncio.Future[float]:
-            await asyncio.Event().wait()
-            raise AssertionError("unreachable")
-
-        monkeypatch.setattr(node.server.connections[stuck_id].ws, "ping", never_sent)
         for _ in range(100):
             await asyncio.sleep(0.1)
             if silent_id not in node.server.connections:

@@ -21,12 +21,13 @@ from hypothesis import strategies as st
 from monotape.clock import FakeClock
 from monotape.config import ServerConfig
 from monotape.platform.core.conflation import Frame, FrameRecord
+from monotape.platform.core.disconnect import Disconnect
 from monotape.platform.core.sequencer import Sequencer
 from monotape.platform.feeds.simulator import build_universe
 from monotape.platform.model import Tick
 from monotape.platform.server.connection import Connection
 from monotape.platform.server.endpoint import FanoutServer
-from monotape.platform.server.sendmany import Payload, SendMany, Shortfall
+from monotape.platform.server.sendmany import Payload, SendMany, Shortfall, group_via
 from tests.server.fakes import fake_ws
 from tests.server.test_native_writer import check_stream
 
@@ -276,3 +277,47 @@ def test_a_terminal_refused_on_an_earlier_tick_is_not_counted_as_sent_again() ->
     # both terminals for the first tick (the refused one was there when it was sent), then one
     assert server.stats.priority_sent == 4
     assert server.flush_priority() == 3
+
+
+def _churn(native: bool) -> tuple[list[bytes], int]:
+    """Terminals join, change their set and leave between frames: the native path's
+    per-signature connection tuples follow the index (rebuilt when its set for the signature
+    is another one), and every terminal's stream is the Python path's."""
+    server, socks = _server(native, [1 << 20] * 3, [[1, 2], [1, 2], [1, 2]])
+    server.publish_frame(_frame(2, [1, 2], 2))
+    sig = server.index.signature(1)
+    assert sig is not None
+    loop = server.writer.sendloop
+    held = loop._groups[sig][1] if loop is not None else ()
+    server.publish_frame(_frame(3, [1], 3))
+    reused = int(loop is not None and loop._groups[sig][1] is held)
+    extra = Socket(1 << 20)
+    conn = Connection(
+        4,
+        fake_ws(Transport(extra), ("127.0.0.1", 4)),
+        outbox_frames=8,
+        high_water=HIGH_WATER,
+        opened_ns=0,
+    )
+    conn.fd = 4 if native else -1
+    server.terminals.admit(conn)
+    server.index.subscribe(4, [1, 2])  # joins the signature
+    if loop is not None:
+        loop.send_group = group_via(model_send_many({**dict(enumerate(socks, 1)), 4: extra}))
+    server.publish_frame(_frame(4, [1, 2], 4))
+    server.index.unsubscribe(2, [2])  # leaves it for another
+    server.publish_frame(_frame(5, [1, 2], 5))
+    server.terminals.teardown(3, Disconnect.WRITE_ERROR)  # leaves for good
+    server.publish_frame(_frame(6, [2], 6))
+    server.publish_frame(_frame(7, [1], 7))
+    return [bytes(s.kernel) for s in [*socks, extra]], reused
+
+
+def test_joins_set_changes_and_teardowns_between_frames_keep_the_python_paths_bytes() -> None:
+    native, reused = _churn(True)
+    python, _ = _churn(False)
+    assert reused == 1  # an unchanged signature reuses its tuple: no per-terminal rebuild
+    assert native == python
+    assert native[2] and native[3]  # the one that left got frames before; the one that joined
+    for stream in native:
+        check_stream(stream, bases=False)

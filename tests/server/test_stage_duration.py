@@ -158,9 +158,11 @@ def _fanout(clock: FakeClock) -> FanoutServer:
 def _frame_of(server: FanoutServer, clock: FakeClock, iids: list[int]) -> Frame:
     now = clock.now_ns()
     ticks = [Tick(i, "XNAS", 1, now, OFFSET, 100, 101, 100, 1, "A", now, 0) for i in iids]
-    server.sequencer.on_ticks(ticks, now)
+    sequencer = server.sequencer
+    assert sequencer is not None  # the one-process node's server
+    sequencer.on_ticks(ticks, now)
     clock.advance(40 * MS)
-    return server.sequencer.take_frame(clock.now_ns())
+    return sequencer.take_frame(clock.now_ns())
 
 
 def test_the_fanout_names_the_instruments_of_payloads_it_handed_to_the_kernel() -> None:

@@ -15,6 +15,9 @@ kept for 25 Hz terminals, so a node with none slower pays nothing.
 (``remove_connection``) that cleans every index (design: Connections, "it cleans every index
 before it drops the connection entry"). ``cardinality`` and ``dangling`` feed the 30 s
 invariants (design: Observability).
+
+Size: one index, kept consistent on every change; its writes, queries and invariants share the
+private dicts, so they stay in one class.
 """
 
 from __future__ import annotations
@@ -70,7 +73,9 @@ class SubscriptionIndex:
     __slots__ = (
         "_conns",
         "_conns_of_sig",
+        "_fresh",
         "_members",
+        "_paced",
         "_prio",
         "_prio_conns",
         "_rate",
@@ -85,7 +90,8 @@ class SubscriptionIndex:
         self._conns: set[int] = set()  # the registry: live connections
         self._subs: dict[int, set[int]] = {}
         self._sig_of: dict[int, int] = {}
-        self._conns_of_sig: dict[int, set[int]] = {}
+        # replaced, never edited: a plan holds one as a value (``shared_connections``)
+        self._conns_of_sig: dict[int, frozenset[int]] = {}
         self._members: dict[int, frozenset[int]] = {}
         self._sorted_members: dict[int, tuple[int, ...]] = {}
         self._sigs_of_iid: dict[int, set[int]] = {}
@@ -93,6 +99,12 @@ class SubscriptionIndex:
         self._prio_conns: dict[int, set[int]] = {}
         self._rate: dict[int, int] = {}  # conn -> k, for k > 1 only (25 Hz is the default)
         self._rated: dict[int, dict[int, set[int]]] = {}  # k -> sig -> conns, k > 1
+        # k -> conns owed full records of everything they watch at k's next boundary: they
+        # joined a group of k, or were sent a snapshot, since its last one (``take_fresh``)
+        self._fresh: dict[int, set[int]] = {}
+        # sig -> its 25 Hz connections, while it has slower ones too: ``paced_connections``,
+        # dropped on any change of the signature's connections or rate groups
+        self._paced: dict[int, frozenset[int]] = {}
 
     # -- registry ---------------------------------------------------------------------------
 
@@ -118,6 +130,7 @@ class SubscriptionIndex:
         if added:
             subs |= added
             self._relink_signature(conn, subs)
+        self.resync(conn)  # a subscribe is answered with a snapshot (held symbols too)
         return added
 
     def unsubscribe(self, conn: int, iids: Iterable[int]) -> frozenset[int]:
@@ -180,7 +193,7 @@ class SubscriptionIndex:
         else:
             self._rate[conn] = k
             if sig is not None:
-                self._rated.setdefault(k, {}).setdefault(sig, set()).add(conn)
+                self._join_group(conn, k, sig)
         return before
 
     # -- queries ----------------------------------------------------------------------------
@@ -202,13 +215,26 @@ class SubscriptionIndex:
         """The connections with signature ``sig`` (a copy)."""
         return set(self._conns_of_sig.get(sig, ()))
 
-    def paced_connections(self, sig: int) -> set[int]:
-        """The connections with signature ``sig`` that get every boundary (a copy)."""
-        conns = set(self._conns_of_sig.get(sig, ()))
+    def shared_connections(self, sig: int) -> frozenset[int]:
+        """The connections with signature ``sig``, not a copy: a change replaces the set, so a
+        frame plan holds it as a value and the writer knows it unchanged by identity."""
+        return self._conns_of_sig.get(sig, frozenset())
+
+    def paced_connections(self, sig: int) -> frozenset[int]:
+        """The connections with signature ``sig`` that get every boundary. Not a copy: kept until
+        the signature's connections or rate groups change (then replaced, like
+        ``shared_connections``), so a frame costs no set per signature (~260 a frame)."""
+        conns = self._paced.get(sig)
+        if conns is not None:
+            return conns
+        conns = self._conns_of_sig.get(sig)
+        if conns is None:
+            return frozenset()
         for groups in self._rated.values():  # at most four rates
             slower = groups.get(sig)
             if slower:
-                conns -= slower
+                conns = conns - slower
+        self._paced[sig] = conns
         return conns
 
     def rate(self, conn: int) -> int:
@@ -222,6 +248,23 @@ class SubscriptionIndex:
     def rated_groups(self, k: int) -> list[tuple[int, set[int]]]:
         """(signature, its connections of rate ``k``: a copy) for every such group."""
         return [(sig, set(conns)) for sig, conns in self._rated.get(k, {}).items()]
+
+    def sorted_members(self, sig: int) -> tuple[int, ...]:
+        """The iids of signature ``sig``, ascending (empty if no connection has it)."""
+        return self._sorted_members.get(sig, ())
+
+    def resync(self, conn: int) -> None:
+        """``conn`` was sent a snapshot: what it holds may be newer than what its rate's other
+        terminals hold, so its next boundary must not send it deltas (``take_fresh``). A no-op
+        for a 25 Hz terminal (its next frame's deltas name the bases the snapshot showed)."""
+        k = self._rate.get(conn, 1)
+        if k > 1 and conn in self._sig_of:
+            self._fresh.setdefault(k, set()).add(conn)
+
+    def take_fresh(self, k: int) -> set[int]:
+        """The connections of rate ``k`` that joined a group of it, or were sent a snapshot,
+        since the last call (its pacer calls it at each of k's boundaries), forgotten here."""
+        return self._fresh.pop(k, set())
 
     def priority_connections(self, iid: int) -> set[int]:
         """The connections holding ``iid`` as priority (a copy; empty if none). Per applied tick."""
@@ -267,8 +310,8 @@ class SubscriptionIndex:
         out: list[tuple[str, int]] = []
         out += [("conn->iids", c) for c in self._subs if c not in live]
         out += [("conn->sig", c) for c in self._sig_of if c not in live]
-        for conns in self._conns_of_sig.values():
-            out += [("sig->conns", c) for c in conns if c not in live]
+        for sig_conns in self._conns_of_sig.values():
+            out += [("sig->conns", c) for c in sig_conns if c not in live]
         out += [("conn->priority", c) for c in self._prio if c not in live]
         for conns in self._prio_conns.values():
             out += [("iid->priority_conns", c) for c in conns if c not in live]
@@ -276,6 +319,8 @@ class SubscriptionIndex:
         for groups in self._rated.values():
             for conns in groups.values():
                 out += [("rate->conns", c) for c in conns if c not in live]
+        for conns in self._fresh.values():
+            out += [("rate->fresh", c) for c in conns if c not in live]
         return out
 
     def sizes(self) -> dict[str, int]:
@@ -308,6 +353,8 @@ class SubscriptionIndex:
             or self._prio_conns
             or self._rate
             or self._rated
+            or self._fresh
+            or self._paced
         )
 
     # -- internals --------------------------------------------------------------------------
@@ -325,7 +372,14 @@ class SubscriptionIndex:
             if not s:
                 del index[key]
 
+    def _join_group(self, conn: int, k: int, sig: int) -> None:
+        self._paced.pop(sig, None)
+        self._rated.setdefault(k, {}).setdefault(sig, set()).add(conn)
+        self._fresh.setdefault(k, set()).add(conn)  # it holds what it had, not what k last sent
+
     def _leave_group(self, conn: int, k: int, sig: int) -> None:
+        self._paced.pop(sig, None)
+        self._discard(self._fresh, k, conn)
         groups = self._rated.get(k)
         if groups is None:
             return
@@ -337,13 +391,14 @@ class SubscriptionIndex:
         sig = self._sig_of.pop(conn, None)
         if sig is None:
             return
+        self._paced.pop(sig, None)
         k = self._rate.get(conn, 1)
         if k > 1:
             self._leave_group(conn, k, sig)
         conns = self._conns_of_sig.get(sig)
         if conns is not None:
-            conns.discard(conn)
-            if conns:
+            if conns := conns - {conn}:
+                self._conns_of_sig[sig] = conns
                 return
             del self._conns_of_sig[sig]
         # Last holder gone: the signature and its iid -> sig links go with it.
@@ -369,10 +424,11 @@ class SubscriptionIndex:
             # another desk's symbols, so refuse loudly rather than fan out the wrong bytes.
             raise RuntimeError(f"subscription signature collision on {sig:#x}")
         self._sig_of[conn] = sig
-        self._conns_of_sig.setdefault(sig, set()).add(conn)
+        self._conns_of_sig[sig] = self._conns_of_sig.get(sig, frozenset()) | {conn}
+        self._paced.pop(sig, None)
         k = self._rate.get(conn, 1)
         if k > 1:
-            self._rated.setdefault(k, {}).setdefault(sig, set()).add(conn)
+            self._join_group(conn, k, sig)
 
 
 def plan_payloads(chunks: Mapping[int, bytes], index: SubscriptionIndex) -> dict[int, list[bytes]]:

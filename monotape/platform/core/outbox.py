@@ -11,6 +11,12 @@ never hold, so the rest is useless bytes on a slow link; the snapshot that resol
 supersedes all of it. Until then ``push`` discards (and counts) rather than queueing deltas the
 terminal cannot apply. At 25 Hz, 64 frames is 2.56 s of backlog before a connection gaps.
 
+A queued frame keeps the time it was published (``push(item, published_ns)``): when the ring
+finally hands it to the socket, its ``write`` value is that late, real latency (issue 12: the
+stage counts every frame, also those that waited here). One int per queued item, in a second
+bounded deque beside the bytes; 0 marks an item that is not a frame (answers, snapshots,
+heartbeats, priority updates) and gives no value.
+
 A pure state machine: the writer pushes, the connection's send loop pops.
 """
 
@@ -26,20 +32,22 @@ OUTBOX_FRAMES = 64  # design: bounded outbound ring of 64 frames
 class Outbox:
     """A bounded FIFO of pre-framed messages for one connection, with a gap flag."""
 
-    __slots__ = ("_items", "_queued_bytes", "capacity", "drops", "gap", "gaps")
+    __slots__ = ("_items", "_published", "_queued_bytes", "capacity", "drops", "gap", "gaps")
 
     def __init__(self, capacity: int = OUTBOX_FRAMES) -> None:
         if capacity < 1:
             raise ValueError(f"capacity must be >= 1, got {capacity}")
         self.capacity = capacity
         self._items: deque[bytes] = deque()
+        self._published: deque[int] = deque()  # beside each item: its publish time, 0 if none
         self._queued_bytes = 0
         self.gap = False  # set by an overflow, cleared by resolve_gap
         self.drops = 0  # frames discarded, total (overflowed, cleared or refused during a gap)
         self.gaps = 0  # gap events (overflows)
 
-    def push(self, item: bytes) -> bool:
-        """Queue ``item``; False if it was not queued.
+    def push(self, item: bytes, published_ns: int = 0) -> bool:
+        """Queue ``item`` (a frame published at monotonic ``published_ns``; 0: not a frame);
+        False if it was not queued.
 
         Not queued when a gap is open (the item is discarded and counted), or when the ring is
         full: that opens a gap, clears the ring and discards ``item`` too, so ``drops`` grows by
@@ -54,9 +62,11 @@ class Outbox:
             self.gaps += 1
             self.gap = True
             items.clear()
+            self._published.clear()
             self._queued_bytes = 0
             return False
         items.append(item)
+        self._published.append(published_ns)
         self._queued_bytes += len(item)
         return True
 
@@ -66,8 +76,16 @@ class Outbox:
         if not items:
             return None
         item = items.popleft()
+        self._published.popleft()
         self._queued_bytes -= len(item)
         return item
+
+    @property
+    def head_published_ns(self) -> int:
+        """When the oldest queued item was published, 0 if it is not a frame (or none is
+        queued): read it before ``pop`` to time that item's write."""
+        published = self._published
+        return published[0] if published else 0
 
     def peek(self) -> bytes | None:
         """The oldest queued item without removing it."""
@@ -82,6 +100,9 @@ class Outbox:
         items = self._items
         n = len(items) if limit is None else min(limit, len(items))
         out = [items.popleft() for _ in range(n)]
+        published = self._published
+        for _ in range(n):
+            published.popleft()
         self._queued_bytes -= sum(map(len, out))
         return out
 
@@ -105,10 +126,13 @@ class Outbox:
         self.drops += len(self._items)
         self._items.clear()
         self._items.append(snapshot)
+        self._published.clear()
+        self._published.append(0)  # a snapshot is not a frame: no write value
         self._queued_bytes = len(snapshot)
         self.gap = False
 
     def clear(self) -> None:
         """Forget everything queued (teardown); not counted as drops, gap flag untouched."""
         self._items.clear()
+        self._published.clear()
         self._queued_bytes = 0

@@ -10,12 +10,17 @@ writes the planned bytes. Watchlists are heavily shared (4,200 connections colla
 here runs per connection.
 
 A terminal at max_hz < 25 (rate k = 25 / max_hz, docs/wire.md) is in a rate group (core/fanout.py)
-and is left out of those payloads. ``Pacer`` gathers, per k, the symbols changed since that rate's
-previous boundary; at a boundary with frame_no % k == 0 each (signature, k) group gets one payload
-of FULL records of its changed members at their latest version, joined from the snapshot cache's
-chunks (encoded once per symbol version, shared by every group and every rate). Full records,
-never deltas: a k terminal skipped the versions a delta would name. And never older than a 25 Hz
-terminal's at the same boundary: the cache holds what this frame published.
+and is left out of those payloads. ``Pacer`` gathers, per k, the records of the symbols changed
+since that rate's previous boundary; at a boundary with frame_no % k == 0 each (signature, k)
+group gets one payload of its changed members: a symbol changed once goes as the record the
+25 Hz terminals got (its base is what the group was sent at the previous boundary), one changed
+more than once as a FULL record of its latest version from the snapshot cache (encoded once per
+version, shared by every group and rate): never a delta against a version a k terminal skipped.
+Terminals new to the group, or sent a snapshot since, get full records of everything they watch
+in a payload of their own. Never older than a 25 Hz terminal's at the same boundary: the records
+are this frame's latest. (Measured at 1,000 terminals, one in ten at k = 5: about half the
+records of a boundary are reused bytes, which halves the full records it encodes;
+docs/benchmarks.md, "max_hz".)
 
 A gap (a connection's ring overflowed, core/outbox.py) ends in a snapshot of everything that
 connection holds, joined from the snapshot cache (core/snapshots.py): ``gap_snapshot``.
@@ -23,14 +28,15 @@ connection holds, joined from the snapshot cache (core/snapshots.py): ``gap_snap
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 import numpy as np
 
 from monotape.platform.core.conflation import Frame
 from monotape.platform.core.fanout import SubscriptionIndex, plan_payloads
-from monotape.platform.core.snapshots import FailureSink, SnapshotCache
+from monotape.platform.core.snapshots import FailureSink, SnapshotCache, Snapshots
 from monotape.platform.wire import codec
 
 __all__ = [
@@ -52,67 +58,145 @@ NO_IIDS.setflags(write=False)
 class FramePlan:
     """One frame's writes: ``payloads`` holds, per signature with a changed member, the framed
     bytes, the connections that get them and the signature; ``chunks`` the changed, watched
-    symbols' encoded records (iid -> chunk). The connection sets are the index's copies: the
-    writer defers the teardowns it finds until the whole plan is written (server/writer.py), so
-    nothing changes the index meanwhile today; the copy (one per signature, ~260 a frame, not
-    per connection) keeps the plan a value all the same, and is kept until measured to matter.
+    symbols' encoded records (iid -> chunk). The connection sets are the index's own frozensets
+    (``shared_connections``: a change replaces them, so the plan stays a value without a copy
+    per signature per frame), or, with rate groups, ``paced_connections``' (kept the same way).
     The 25 Hz payloads come first, then those of the rate groups due at this boundary (keyed by
-    (signature, k): one signature may appear once per rate). ``whole``: every chunk is in some
+    (signature, k): one signature may appear once per rate, twice when some of its terminals
+    are new to the group: they get full records). ``whole``: every chunk is in some
     25 Hz payload; otherwise ``unsent`` names the chunks that are in none (their symbols are
     watched only by slower terminals, which get them at their own boundary)."""
 
     frame_no: int
     chunks: dict[int, bytes]
-    payloads: list[tuple[bytes, set[int], int]]
+    payloads: list[tuple[bytes, AbstractSet[int], int]]
     whole: bool = True
     unsent: frozenset[int] = frozenset()  # chunks in no 25 Hz payload (only slower terminals)
 
 
+class _Window:
+    """What rate k's terminals have not been sent since its previous boundary: per symbol the
+    record of its last change (``last``), and the symbols whose record cannot go as it is
+    (``again``: changed more than once, so the record's base is a version they skipped)."""
+
+    __slots__ = ("again", "last")
+
+    def __init__(self) -> None:
+        self.last: dict[int, bytes] = {}
+        self.again: set[int] = set()
+
+
 class Pacer:
-    """Per rate k > 1, the symbols changed since that rate's previous boundary: the state that
-    lets a k terminal get everything it skipped, and only that, at its next boundary.
+    """Per rate k > 1, what changed since that rate's previous boundary: the state that lets a
+    k terminal get everything it skipped, and only that, at its next boundary.
 
-    A rate starts gathering at the first frame planned while some connection has it; one that
-    no connection has any more is forgotten. A terminal that joins a rate may so get, at its
-    first boundary, a record of a version it already holds: the same version (its guard drops
-    it as a duplicate), never an older one."""
+    What the boundary sends a group's terminals for each changed member it watches:
+    - changed once since the rate's previous boundary: the very record the 25 Hz terminals got
+      for that change (a delta whose base is what the rate's terminals were sent at the previous
+      boundary, or a full record), reused as bytes: nothing encoded;
+    - changed more than once: a full record of the latest version (the cache's chunk, encoded
+      once per version and shared by every group and rate). Never a delta against a version
+      the k terminal skipped;
+    - to a terminal that joined the group or was sent a snapshot since the previous boundary
+      (``SubscriptionIndex.take_fresh``): full records of everything it watches. It may hold
+      something newer than the rest of the group (a snapshot, the 25 Hz frames it had), or
+      older (a slower rate's last boundary), so no delta can name its base; a record of the
+      version it holds is dropped by its guard as a duplicate, never one older.
 
-    __slots__ = ("_changed", "snapshots")
+    The rest of a group (it got the previous boundary and nothing since) holds exactly what the
+    previous boundary sent it, the base of every record of a symbol that changed once: proved
+    by the property tests in tests/core/test_planner_rates.py.
 
-    def __init__(self, snapshots: SnapshotCache) -> None:
+    That needs full records of exactly what the last frame published: ``SnapshotCache``. The
+    frame ring's shared table (a writer process's ``Snapshots``) may be newer than the frame
+    being planned, and a terminal sent a record from it may hold a version that no later
+    frame's delta names as its base: with any other source every record is a full one.
+
+    A symbol that could not encode in some frame (``encode_frame``) is in no window: its next
+    record names a base the group does not hold, and its k terminals see the gap its 25 Hz
+    terminals see, and resubscribe. A rate starts gathering at the first frame planned while
+    some connection has it; one that no connection has any more is forgotten."""
+
+    __slots__ = ("_reuse", "_windows", "snapshots")
+
+    def __init__(self, snapshots: Snapshots) -> None:
         self.snapshots = snapshots
-        self._changed: dict[int, set[int]] = {}  # k -> iids changed since its last boundary
+        self._windows: dict[int, _Window] = {}  # k -> what changed since its last boundary
+        self._reuse = isinstance(snapshots, SnapshotCache)  # exact: see above
 
     def due(
-        self, frame_no: int, iids: Iterable[int], index: SubscriptionIndex
+        self, frame_no: int, chunks: Mapping[int, bytes], index: SubscriptionIndex
     ) -> list[tuple[bytes, set[int], int]]:
         """The payloads of the rate groups whose boundary ``frame_no`` is (none between them);
-        ``iids``: the symbols this frame changed."""
+        ``chunks``: this frame's records of the symbols it changed (iid -> record)."""
         rates = index.rates()
-        changed = self._changed
-        for k in [k for k in changed if k not in rates]:
-            del changed[k]
+        windows = self._windows
+        for k in [k for k in windows if k not in rates]:
+            del windows[k]
         if not rates:
             return []
-        iids = list(iids)
-        chunk = self.snapshots.chunk
         payloads: list[tuple[bytes, set[int], int]] = []
         for k in sorted(rates):
-            gathered = changed.get(k)
-            if gathered is None:
-                gathered = changed[k] = set()
-            gathered.update(iids)
-            if frame_no % k or not gathered:
-                continue
-            members = index.members
-            for sig, conns in index.rated_groups(k):
-                due = sorted(gathered.intersection(members(sig)))
-                chunks = [c for c in map(chunk, due) if c is not None]
-                if chunks:
-                    header = codec.frame_header(frame_no, len(chunks))
-                    payloads.append((codec.ws_binary_frame(header + b"".join(chunks)), conns, sig))
-            gathered.clear()
+            window = windows.get(k)
+            if window is None:
+                window = windows[k] = _Window()
+            last = window.last
+            if chunks:
+                # Two set operations in C per frame and rate, whatever the symbol count.
+                if self._reuse:
+                    window.again |= last.keys() & chunks.keys()
+                last.update(chunks)
+            if frame_no % k == 0:
+                self._boundary(frame_no, k, window, index, payloads)
         return payloads
+
+    def _boundary(
+        self,
+        frame_no: int,
+        k: int,
+        window: _Window,
+        index: SubscriptionIndex,
+        payloads: list[tuple[bytes, set[int], int]],
+    ) -> None:
+        last = window.last
+        again: AbstractSet[int] = window.again if self._reuse else last.keys()
+        chunk = self.snapshots.chunk
+        fresh = index.take_fresh(k)
+        groups = index.rated_groups(k)
+        # The full records this boundary sends to the groups' steady terminals (what changed
+        # more than once and some group watches): each looked up once, not once per group.
+        owed: set[int] = set()
+        for sig, _conns in groups:
+            owed |= again & index.members(sig)
+        full = {iid: chunk(iid) for iid in owed}
+        for sig, conns in groups:
+            members = index.sorted_members(sig)
+            joined = conns & fresh if fresh else None
+            steady = conns - joined if joined else conns
+            if steady and last:
+                records = [
+                    full[iid] if iid in again else last[iid] for iid in members if iid in last
+                ]
+                _append(payloads, frame_no, records, steady, sig)
+            if joined:
+                _append(payloads, frame_no, [chunk(iid) for iid in members], joined, sig)
+        last.clear()
+        window.again.clear()
+
+
+def _append(
+    payloads: list[tuple[bytes, set[int], int]],
+    frame_no: int,
+    records: list[bytes | None],
+    conns: set[int],
+    sig: int,
+) -> None:
+    """One FRAME of ``records`` (a symbol with no state, or one that cannot encode, left out:
+    the cache reports its own failures) for ``conns``, if it carries any."""
+    present = [r for r in records if r is not None]
+    if present:
+        header = codec.frame_header(frame_no, len(present))
+        payloads.append((codec.ws_binary_frame(header + b"".join(present)), conns, sig))
 
 
 def plan_frame(
@@ -155,8 +239,10 @@ def plan_chunks(
     comes from the snapshot cache, which reports its own failures). A writer process plans from
     the chunks the sequencer encoded and published in the frame ring, keeping those its
     terminals watch."""
-    connections = index.paced_connections if index.rates() else index.connections
-    payloads: list[tuple[bytes, set[int], int]] = []
+    # Without rate groups the index's own frozenset (replaced, never edited, on a change): no
+    # copy per signature per frame, and the writer knows it unchanged by identity.
+    connections = index.paced_connections if index.rates() else index.shared_connections
+    payloads: list[tuple[bytes, AbstractSet[int], int]] = []
     left_out: list[int] = []  # signatures held only by slower terminals
     for sig, sig_chunks in plan_payloads(chunks, index).items():
         conns = connections(sig)
@@ -225,8 +311,10 @@ def written_iids(
 
 
 def gap_snapshot(
-    snapshots: SnapshotCache, index: SubscriptionIndex, frame_no: int, conn_id: int
+    snapshots: Snapshots, index: SubscriptionIndex, frame_no: int, conn_id: int
 ) -> bytes:
     """What ends ``conn_id``'s gap: a snapshot of everything it subscribes to, at the versions
-    the last frame (``frame_no``) showed."""
+    the last frame (``frame_no``) showed. A slower terminal's next boundary then sends it full
+    records (``SubscriptionIndex.resync``): it may now hold newer than its rate group."""
+    index.resync(conn_id)
     return snapshots.snapshot(frame_no, index.subscriptions(conn_id))

@@ -18,13 +18,24 @@ from typing import Any, Protocol
 from monotape.platform.model import Tick
 from monotape.platform.wire import codec
 
-__all__ = ["FailureSink", "SnapshotCache"]
+__all__ = ["FailureSink", "SnapshotCache", "Snapshots"]
 
 
 class FailureSink(Protocol):
     """Where a stage's contained failures are counted (the node's ``StageFailures``)."""
 
     def record(self, stage: str, exc: BaseException, **context: Any) -> None: ...
+
+
+class Snapshots(Protocol):
+    """Where hydration and gap snapshots get their pre-encoded full records: ``SnapshotCache``
+    in the process that holds the sequencer, the frame ring's shared table in a writer process
+    (host/ring_feed.py ``RingSnapshots``). Either way a snapshot joins bytes encoded once per
+    symbol version; nothing is encoded per connection."""
+
+    def chunk(self, iid: int) -> bytes | None: ...
+
+    def snapshot(self, frame_no: int, iids: Iterable[int]) -> bytes: ...
 
 
 class SnapshotCache:

@@ -1,11 +1,14 @@
 """Stage latency stamps: a value for every tick at each of the five stages (design: stages),
 and for every priority write.
 
-Values are gathered per batch (a handler's drain, a bus batch, a frame) into numpy arrays and
-appended to each stage's recorder buffer (``StageRecorder.add_ns``), recorded vectorized when it
-fills, never per value: per-value ``record_value()`` costs ~1 µs (MEASURED), too much at 190k
-ticks/s × 5 stages. The recorder's buffer is the one way values reach the histograms: the
-server's hydrate and glass samples go into the same buffers (``record_ns``).
+Batches are stamped whole (a handler's drain shares one decoded time, a lane call one admitted
+time) and turned into numpy arrays once per frame: values that differ per tick go to each
+stage's recorder buffer (``StageRecorder.add_ns``), values a whole batch shares go in as one
+value with its count (``StageRecorder.add_counts_ns``); both are recorded vectorized, never per
+value: per-value ``record_value()`` costs ~1 µs (MEASURED), too much at 190k ticks/s × 5 stages.
+Every value still lands: a stage's count is the number of ticks (or writes) it covers. The
+recorders are the one way values reach the histograms: the server's hydrate and glass samples
+go into the same buffers (``record_ns``).
 
 | stage         | from → to                                     | one value per                   |
 |---------------|-----------------------------------------------|---------------------------------|
@@ -17,11 +20,13 @@ server's hydrate and glass samples go into the same buffers (``record_ns``).
 | priority      | admitted → handed to the kernel, no frame     | tick written to a connection    |
 | tick_to_write | decoded → its frame handed to the kernel      | tick in a payload written       |
 
-``write`` counts frames handed to the kernel straight from the fan-out; a frame that waited in a
-slow terminal's ring is counted in ``monotape_slow_consumer_drops_total`` / the ring gauges, not
-here (the ring holds bytes, not their publish time). ``priority`` (the order-ticket path: an
-admitted tick sent at once to the connections that marked it) follows the same rule: a
-priority update queued in a slow terminal's ring has no value (it is still counted in
+``write`` counts every frame handed to the kernel for a terminal: straight from the fan-out, or
+later, when a slow terminal's ring (core/outbox.py) hands it on: a queued frame keeps its
+publish time, so its value is the real, larger one (issue 12). A frame dropped from a ring is
+not a write: it is a gap (``monotape_slow_consumer_drops_total``), and the snapshot that ends
+it is no frame either. ``priority`` (the order-ticket path: an admitted tick sent at once to the
+connections that marked it) counts writes made at once: a priority update queued in a slow
+terminal's ring has no value (it is still counted in
 ``monotape_priority_updates_sent_total``). Its values are gathered by the server in a fixed
 buffer (``FanoutServer.flush_priority``) and handed here once per frame, before each rotation,
 and early whenever that buffer fills.
@@ -29,8 +34,9 @@ and early whenever that buffer fills.
 ``tick_to_write`` is the end-to-end figure a tick-to-glass alert reads: one value per tick
 that reached a screen, from its decoding to the moment the frame that carries it was handed to
 the kernel for the last terminal that got that frame straight from the fan-out (the frame's
-slowest direct write: an upper bound over the terminals). Only ticks of symbols whose record was
-in a payload the fan-out actually handed to the kernel count (``FanoutServer.written_iids``): a
+slowest direct write: an upper bound over the terminals; a late write from a ring is another
+frame's, so it never moves this bound). Only ticks of symbols whose record was in a payload
+the fan-out actually handed to the kernel count (``FanoutServer.written_iids``): a
 tick of a symbol nobody watches, or whose watchers were all behind, never went out, and a value
 for it would dilute the alert's p99 with ticks that cost no write. A p99 of this stage is a real
 p99 per tick; a sum of stage p99s is not one.
@@ -44,27 +50,44 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from itertools import chain
-from operator import attrgetter
 
 import numpy as np
+import numpy.typing as npt
 
 from monotape.histograms import Interval, Recorders
 from monotape.platform.model import Tick
 
 __all__ = ["StageStamps"]
 
-_EMPTY = np.empty(0, dtype=np.int64)
+IntArray = npt.NDArray[np.int64]
+
+_EMPTY: IntArray = np.empty(0, dtype=np.int64)
 _EMPTY.setflags(write=False)  # shared by every empty frame: never written to
+_IID_SPACE = 65_536  # wire ids are uint16 (docs/wire.md): one flag per instrument
 
 
 class StageStamps:
-    """Stamps per batch, records per frame.
+    """Stamps per batch, records per frame, as runs: struct of arrays, not attributes per tick.
 
-    The hot path only appends the batch lists it already has (a handler's drain, the ticks a
-    lane applied): about 50 ns per batch. Values are extracted once per 40 ms frame over every
-    tick of the frame together (``map(attrgetter)`` into ``np.fromiter``, then vectorized
-    arithmetic), which is what keeps recording within a few percent of the pipeline's cost.
-    Pending batches are bounded by the frame: at most 40 ms of ticks.
+    A batch is stamped whole, while it is at hand: the one field that differs per tick is
+    copied out of a delivered batch (the venue's timestamp: one list comprehension per batch),
+    and the stamps a batch shares (a handler's drain has one decoded time, a lane call one
+    admitted time) are read once and kept as a run ``(stamp, ticks)``. An admitted batch is
+    kept as it is (the lane holds those ticks anyway) and read once, for its instruments, when
+    the frame's payloads went out (``written``). Once per 40 ms frame the runs become int64
+    arrays, and the stages whose values a run shares (sequence, conflate, encode,
+    tick_to_write) are recorded as one value with its count (``StageRecorder.add_counts_ns``);
+    only decode has a value per tick. Per tick that is two attribute reads where there were
+    five, and one histogram value where there were four (issue 12: recording cost 14% of the
+    pipeline's throughput; bench/micro/bench_recording.py measures it). tick_to_write's
+    membership test is a flag table by instrument id, not ``np.isin``.
+
+    A batch whose first and last ticks differ in a stamp is taken apart into runs of one tick
+    (a caller's mixed list, a test's): exact, only slower. Equal ends are taken as one stamp
+    for the whole batch: true of everything that stamps (``FeedHandler.drain_due`` and
+    ``ReplayAdapter.step`` stamp one ``now`` per call, ``Sequencer.on_ticks`` one ``now_ns``)
+    and of any concatenation of such batches in the order they were stamped (stamps never go
+    down along a batch). Pending runs are bounded by the frame: at most 40 ms of ticks.
     """
 
     def __init__(self, recorders: Recorders) -> None:
@@ -76,76 +99,126 @@ class StageStamps:
         self._write = recorders["write"]
         self._priority = recorders["priority"]
         self._tick_to_write = recorders["tick_to_write"]
-        # decoded times of the ticks the last frame carried, and its publish time: written()
-        # closes the frame that framed() opened
-        self._framed_decoded = _EMPTY
-        self._framed_iids = _EMPTY
+        # Since the last frame, flat (one extend per batch): the venue timestamps of delivered
+        # ticks and their runs (decoded, ticks); the instruments of admitted ticks and their
+        # runs (admitted, decoded, ticks).
+        self._venue_ts: list[int] = []
+        self._decoded_runs: list[int] = []
+        self._admitted: list[Sequence[Tick]] = []  # read for their instruments only if written
+        self._admitted_runs: list[int] = []
+        # The last frame's admitted ticks: written() closes the frame framed() opened.
+        self._framed: list[Sequence[Tick]] = []
+        self._framed_decoded = _EMPTY  # per run
+        self._framed_n = _EMPTY
         self._framed_published = 0
-        self._decoded: list[Sequence[Tick]] = []  # batches since the last frame
-        self._admitted: list[Sequence[Tick]] = []
+        self._written_flags = np.zeros(_IID_SPACE, dtype=np.bool_)  # reused: cleared after use
 
     def decoded(self, ticks: Sequence[Tick]) -> None:
-        self._decoded.append(ticks)
+        """A batch a handler delivered (one drain, or a replay step)."""
+        if not ticks:
+            return
+        self._venue_ts += [t.venue_ts_ns for t in ticks]
+        at = ticks[0].decoded_ns
+        if ticks[-1].decoded_ns == at:
+            self._decoded_runs += (at, len(ticks))
+        else:  # not one stamp: one run per tick
+            self._decoded_runs += [x for t in ticks for x in (t.decoded_ns, 1)]
 
     def admitted(self, applied: Sequence[Tick]) -> None:
+        """The ticks one ``Sequencer.on_ticks`` call applied."""
+        if not applied:
+            return
         self._admitted.append(applied)
+        first, last = applied[0], applied[-1]
+        at = first.admitted_ns
+        decoded = first.decoded_ns
+        if last.admitted_ns == at and last.decoded_ns == decoded:
+            self._admitted_runs += (at, decoded, len(applied))
+        else:  # not one stamp: one run per tick
+            self._admitted_runs += [x for t in applied for x in (t.admitted_ns, t.decoded_ns, 1)]
 
-    def _take(self, wall_offset_ns: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Record decode and sequence for every pending batch; return the admitted ticks'
-        admitted and decoded times and their instruments."""
-        if self._decoded:
-            ticks = list(chain.from_iterable(self._decoded))
-            self._decoded.clear()
-            n = len(ticks)
-            venue = np.fromiter(map(_VENUE_TS, ticks), dtype=np.int64, count=n)
-            decoded = np.fromiter(map(_DECODED, ticks), dtype=np.int64, count=n)
+    def _take(self, wall_offset_ns: int) -> tuple[IntArray, IntArray, IntArray]:
+        """Record decode and sequence for everything pending; return the admitted runs:
+        admitted times, decoded times and tick counts (their ticks: ``_framed``)."""
+        venue_ts = self._venue_ts
+        if venue_ts:
+            runs = np.array(self._decoded_runs, dtype=np.int64).reshape(-1, 2)
             # decoded_ns is monotonic; the venue stamps wall time: one offset per frame joins them
-            self._decode.add_ns(decoded + wall_offset_ns - venue)
-        if not self._admitted:
+            decoded = np.repeat(runs[:, 0] + wall_offset_ns, runs[:, 1])
+            decoded -= np.fromiter(venue_ts, np.int64, count=len(venue_ts))
+            self._decode.add_ns(decoded)
+            venue_ts.clear()
+            self._decoded_runs.clear()
+        self._framed, self._admitted = self._admitted, []
+        if not self._admitted_runs:
             return _EMPTY, _EMPTY, _EMPTY
-        ticks = list(chain.from_iterable(self._admitted))
-        self._admitted.clear()
-        n = len(ticks)
-        admitted = np.fromiter(map(_ADMITTED, ticks), dtype=np.int64, count=n)
-        decoded = np.fromiter(map(_DECODED, ticks), dtype=np.int64, count=n)
-        iids = np.fromiter(map(_IID, ticks), dtype=np.int64, count=n)
-        self._sequence.add_ns(admitted - decoded)
-        return admitted, decoded, iids
+        runs = np.array(self._admitted_runs, dtype=np.int64).reshape(-1, 3)
+        self._admitted_runs.clear()
+        admitted, decoded, counts = runs[:, 0], runs[:, 1], runs[:, 2]
+        self._sequence.add_counts_ns(admitted - decoded, counts)
+        return admitted, decoded, counts
 
     def framed(self, boundary_ns: int, published_ns: int, wall_offset_ns: int) -> int:
         """The frame at ``boundary_ns`` carried every tick admitted since the last one.
 
         ``wall_offset_ns`` is wall minus monotonic time now (the decode stage's venue stamps are
         wall clock). Returns how many admitted ticks the frame carried."""
-        admitted, decoded, iids = self._take(wall_offset_ns)
+        admitted, decoded, counts = self._take(wall_offset_ns)
         self._framed_decoded = decoded
-        self._framed_iids = iids
+        self._framed_n = counts
         self._framed_published = published_ns
-        n = len(admitted)
-        if n:
-            # An overdue frame (the previous publish overran) carries ticks admitted after its
-            # boundary: for them conflation took no time, and encoding starts at admission.
-            framed = np.maximum(admitted, boundary_ns)
-            self._conflate.add_ns(framed - admitted)
-            self._encode.add_ns(published_ns - framed)
-        return n
+        if not len(counts):
+            return 0
+        # An overdue frame (the previous publish overran) carries ticks admitted after its
+        # boundary: for them conflation took no time, and encoding starts at admission.
+        framed = np.maximum(admitted, boundary_ns)
+        self._conflate.add_counts_ns(framed - admitted, counts)
+        self._encode.add_counts_ns(published_ns - framed, counts)
+        return int(counts.sum())
 
-    def written(self, latencies_ns: np.ndarray, written_iids: np.ndarray = _EMPTY) -> None:
-        """The last ``framed()`` frame's direct writes, published → handed to the kernel.
+    def written(
+        self,
+        latencies_ns: IntArray,
+        written_iids: IntArray = _EMPTY,
+        direct: int | None = None,
+    ) -> None:
+        """The writes of the last ``framed()`` frame's fan-out, published → handed to the kernel.
+
+        ``latencies_ns``: one value per frame handed to the kernel for a terminal: the first
+        ``direct`` (all if None) are this frame's direct writes, the rest frames that had waited
+        in a slow terminal's ring and went out since (``Writer.flush_behind``), each from its own
+        publish. All are ``write`` values; only the direct ones say when this frame's ticks
+        reached a socket.
 
         ``written_iids``: the instruments whose record was in a payload handed to the kernel
         for at least one terminal (the fan-out's ``written_iids``). Only the frame's ticks of
         those instruments get a ``tick_to_write`` value; none without it."""
         self._write.add_ns(latencies_ns)
+        runs = self._framed_n
         decoded = self._framed_decoded
-        if len(latencies_ns) and len(decoded) and len(written_iids):
-            last_write = self._framed_published + int(latencies_ns.max())
-            # one vectorized membership test per frame, no per-tick Python work
-            carried = np.isin(self._framed_iids, written_iids)
-            self._tick_to_write.add_ns(last_write - decoded[carried])
-        self._framed_decoded = self._framed_iids = _EMPTY
+        framed, self._framed = self._framed, []
+        self._framed_decoded = self._framed_n = _EMPTY
+        mine = latencies_ns if direct is None else latencies_ns[:direct]
+        if not (len(mine) and len(runs) and len(written_iids)):
+            return
+        last_write = self._framed_published + int(mine.max())
+        n = int(runs.sum())
+        # one pass over the frame's admitted ticks, only when a payload went out
+        iids = np.fromiter([t.iid for t in chain.from_iterable(framed)], np.int64, count=n)
+        flags = self._written_flags
+        if int(written_iids.max()) < _IID_SPACE and int(iids.max()) < _IID_SPACE:
+            flags[written_iids] = True
+            carried = flags[iids]
+            flags[written_iids] = False
+        else:  # not a wire id: the general membership test
+            carried = np.isin(iids, written_iids)
+        starts = np.zeros(len(runs), dtype=np.int64)
+        np.cumsum(runs[:-1], out=starts[1:])
+        self._tick_to_write.add_counts_ns(
+            last_write - decoded, np.add.reduceat(carried, starts, dtype=np.int64)
+        )
 
-    def prioritized(self, latencies_ns: np.ndarray) -> None:
+    def prioritized(self, latencies_ns: IntArray) -> None:
         """Admitted → written values of priority writes. ``latencies_ns`` is read during the call
         only (copied into the batch): the server reuses its buffer."""
         self._priority.add_ns(latencies_ns)
@@ -159,10 +232,5 @@ class StageStamps:
         first stages now and have no conflate or encode value."""
         if final:
             self._take(wall_offset_ns)
+            self._framed = []
         return self.recorders.rotate_all(wall_now_ms)  # each recorder flushes its buffer first
-
-
-_VENUE_TS = attrgetter("venue_ts_ns")
-_DECODED = attrgetter("decoded_ns")
-_ADMITTED = attrgetter("admitted_ns")
-_IID = attrgetter("iid")

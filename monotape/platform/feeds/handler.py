@@ -26,7 +26,7 @@ from monotape.platform.feeds.simulator import VenueUpdate
 from monotape.platform.feeds.validate import WIRE_IIDS, Refusal, TickGate, carried, tick_problem
 from monotape.platform.model import Tick
 
-__all__ = ["FeedHandler", "make_handler_pair"]
+__all__ = ["FeedHandler", "make_handler_pair", "pair_lags"]
 
 
 class FeedHandler:
@@ -90,6 +90,12 @@ class FeedHandler:
     @property
     def pending(self) -> int:
         return self._pending_count
+
+    @property
+    def next_due_ns(self) -> int | None:
+        """When the oldest update of the delay line is due (None: nothing pending). A handler
+        process sleeps until then instead of polling every millisecond (host/handler.py)."""
+        return self._pending[0][0] if self._pending else None
 
     def start(self, *, at_once: bool = False) -> EpochRecord:
         """(Re)start: bump the group's epoch with a fence on the venue's stream, then go live.
@@ -252,6 +258,15 @@ class _Uniform(Protocol):
     def uniform(self, a: float, b: float, /) -> float: ...
 
 
+def pair_lags(rng: _Uniform, lag_min_ms: float, lag_max_ms: float) -> tuple[int, int]:
+    """The lags (ns) of handlers "A" and "B" of one pair, two draws from ``rng``: the node and
+    the host's handler processes draw them in the same order, so they get the same lags."""
+    if not 0 <= lag_min_ms <= lag_max_ms:
+        raise ValueError(f"need 0 <= lag_min_ms <= lag_max_ms, got {lag_min_ms}, {lag_max_ms}")
+    lag_a = int(rng.uniform(0.0, 1.0) * 1_000_000)
+    return lag_a, lag_a + int(rng.uniform(lag_min_ms, lag_max_ms) * 1_000_000)
+
+
 def make_handler_pair(
     venue: str,
     epochs: EpochStore,
@@ -264,10 +279,7 @@ def make_handler_pair(
     """Handlers "A" (lags the venue by 0-1 ms) and "B" (lags A by ``lag_min_ms``-``lag_max_ms``,
     FeedConfig: 6-9 ms). ``kw`` goes to both (``update_ids=``, ``fence_ns=``, ``max_pending=``).
     Neither is started."""
-    if not 0 <= lag_min_ms <= lag_max_ms:
-        raise ValueError(f"need 0 <= lag_min_ms <= lag_max_ms, got {lag_min_ms}, {lag_max_ms}")
-    lag_a = int(rng.uniform(0.0, 1.0) * 1_000_000)
-    lag_b = lag_a + int(rng.uniform(lag_min_ms, lag_max_ms) * 1_000_000)
+    lag_a, lag_b = pair_lags(rng, lag_min_ms, lag_max_ms)
     return (
         FeedHandler(venue, "A", lag_a, epochs, clock, **kw),
         FeedHandler(venue, "B", lag_b, epochs, clock, **kw),

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import msgspec
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -20,15 +19,9 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from monotape.dashboards.web import DASHBOARD_ENDPOINTS, dashboard_handlers, static_mount
-from monotape.platform.auth import AuthError, token_from_request, www_authenticate
 from monotape.platform.node.admin_desk import desk_handlers
 from monotape.platform.node.admin_latency import latency_handlers
-from monotape.platform.node.admin_params import (
-    BadParameter,
-    Handler,
-    error_response,
-    json_response,
-)
+from monotape.platform.node.admin_params import Handler, admin_guard, json_response
 from monotape.platform.node.admin_view import AdminView
 from monotape.platform.node.watchlist import (
     WATCHLIST_ENDPOINTS,
@@ -109,41 +102,7 @@ def _openapi_parameters(path: str) -> list[dict[str, Any]]:
 def build_admin_app(view: AdminView, watchlist: WatchlistSite | None = None) -> Starlette:
     """``watchlist``: the watchlist page's site (node/watchlist.py); None leaves its routes out."""
 
-    def admin(handler: Handler) -> Handler:
-        """401 without a valid token, 403 for a valid token without the admin claim."""
-
-        async def guarded(request: Request) -> Response:
-            verifier = view.verifier
-            if verifier is None:
-                # Fail closed: without auth there is no way to tell an operator from anyone
-                # else on the network, and /admin can drain the node.
-                return error_response(403, "forbidden: the admin API needs auth.enabled = true")
-            else:
-                try:
-                    # every (name, value) pair: two Authorization headers are refused, not
-                    # resolved by whichever copy a dict keeps
-                    token = token_from_request(request.headers.items(), "")
-                    claims = await verifier.verify(token)
-                except AuthError as exc:
-                    body = {
-                        "error": f"unauthorized: {exc.reason}",
-                        "hint": "Authorization: Bearer $(monotape token --sub you --admin) "
-                        "(run it with the node's --data-dir)",
-                    }
-                    return Response(
-                        msgspec.json.encode(body),
-                        status_code=401,
-                        media_type="application/json",
-                        headers={"WWW-Authenticate": www_authenticate(exc.reason)},
-                    )
-                if not claims.admin:
-                    return error_response(403, "forbidden: this token has no admin claim")
-            try:
-                return await handler(request)
-            except BadParameter as exc:
-                return error_response(400, str(exc), parameter=exc.name)
-
-        return guarded
+    admin = admin_guard(lambda: view.verifier)
 
     async def healthz(request: Request) -> Response:
         return json_response({"status": "ok"})

@@ -14,7 +14,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from monotape.log import log_event
-from monotape.platform.model import Tick
+from monotape.platform.model import Instrument, Tick
 from monotape.platform.node.admin_params import (
     Handler,
     error_response,
@@ -24,7 +24,7 @@ from monotape.platform.node.admin_params import (
 from monotape.platform.node.admin_view import AdminView
 from monotape.platform.node.faults import inject_dangling_entry
 
-__all__ = ["desk_handlers", "match_keys"]
+__all__ = ["desk_handlers", "match_keys", "symbol_row"]
 
 
 def match_keys(keys: list[str], pattern: str) -> list[str]:
@@ -36,6 +36,19 @@ def match_keys(keys: list[str], pattern: str) -> list[str]:
     if any(c in p for c in "*?["):
         return [k for k in keys if fnmatch.fnmatchcase(k.upper(), p)]
     return [k for k in keys if p in k.upper()]
+
+
+def symbol_row(inst: Instrument, current: Any = None) -> dict[str, Any]:
+    """One row of /admin/symbols (and of ``monotape symbols`` without a node): the key, its
+    parts, the price scale, and ``current`` (``_prices`` of the latest tick, or None)."""
+    return {
+        "key": inst.key,
+        "venue": inst.venue,
+        "symbol": inst.symbol,
+        "price_decimals": inst.price_decimals,
+        "price_scale": 10**inst.price_decimals,
+        "current": current,
+    }
 
 
 def _prices(t: Tick | None, decimals: int) -> Any:
@@ -99,16 +112,8 @@ def desk_handlers(view: AdminView) -> dict[str, Handler]:
             inst = by_iid.get(iid) if iid is not None else None
             if inst is None:
                 continue
-            rows.append(
-                {
-                    "key": key,
-                    "venue": inst.venue,
-                    "symbol": inst.symbol,
-                    "price_decimals": inst.price_decimals,
-                    "price_scale": 10**inst.price_decimals,
-                    "current": _prices(view.sequencer.current(inst.iid), inst.price_decimals),
-                }
-            )
+            current = _prices(view.sequencer.current(inst.iid), inst.price_decimals)
+            rows.append(symbol_row(inst, current))
         return json_response({"pattern": pattern, "count": len(keys), "symbols": rows})
 
     async def symbol(request: Request) -> Response:

@@ -1,4 +1,5 @@
-"""The admin API's request parsing and JSON answers, shared by its route modules.
+"""The admin API's request parsing, JSON answers and token guard, shared by its route modules
+and by the multi-process host's admin API (host/admin.py).
 
 A bad query parameter is a ``BadParameter`` naming it; the admin guard turns it into a 400 with
 ``{"error": ..., "parameter": name}``. Every bound is explicit (STYLE 7): windows at most the
@@ -7,19 +8,23 @@ retention's 7 days, integers within the route's range and at most 20 digits.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
 
 from monotape.dashboards.web import Handler, json_response
 from monotape.histograms import ALL_STAGES
 from monotape.histograms.report import ReportArgumentError, parse_duration_ms
+from monotape.platform.auth import AuthError, TokenVerifier, token_from_request, www_authenticate
 
 __all__ = [
     "MAX_WINDOW_MS",
     "BadParameter",
     "Handler",
+    "admin_guard",
     "error_response",
     "int_param",
     "json_response",
@@ -72,3 +77,43 @@ def int_param(request: Request, name: str, default: int, lo: int, hi: int) -> in
     if not lo <= value <= hi:
         raise BadParameter(name, f"must be between {lo} and {hi}")
     return value
+
+
+def admin_guard(verifier: Callable[[], TokenVerifier | None]) -> Callable[[Handler], Handler]:
+    """Wraps an /admin handler: 401 without a valid token, 403 for a valid token without the
+    admin claim, 400 naming a ``BadParameter``. ``verifier()`` is asked per request (a node's
+    view may swap it); None means auth is off, and then every /admin route is 403."""
+
+    def admin(handler: Handler) -> Handler:
+        async def guarded(request: Request) -> Response:
+            current = verifier()
+            if current is None:
+                # Fail closed: without auth there is no way to tell an operator from anyone
+                # else on the network, and /admin can drain the node.
+                return error_response(403, "forbidden: the admin API needs auth.enabled = true")
+            try:
+                # every (name, value) pair: two Authorization headers are refused, not
+                # resolved by whichever copy a dict keeps
+                claims = await current.verify(token_from_request(request.headers.items(), ""))
+            except AuthError as exc:
+                body = {
+                    "error": f"unauthorized: {exc.reason}",
+                    "hint": "Authorization: Bearer $(monotape token --sub you --admin) "
+                    "(run it with the node's --data-dir)",
+                }
+                return Response(
+                    msgspec.json.encode(body),
+                    status_code=401,
+                    media_type="application/json",
+                    headers={"WWW-Authenticate": www_authenticate(exc.reason)},
+                )
+            if not claims.admin:
+                return error_response(403, "forbidden: this token has no admin claim")
+            try:
+                return await handler(request)
+            except BadParameter as exc:
+                return error_response(400, str(exc), parameter=exc.name)
+
+        return guarded
+
+    return admin

@@ -127,7 +127,7 @@ class Node:
             overloaded=self._overloaded if cfg.server.admission_max_lag_ms > 0 else None,
             priority=self.stamps.prioritized,
         )
-        self.server.failures = self.server.snapshots.failures = self.failures
+        self.server.failures = self.failures  # the writer's and the snapshot cache's
         self.pipeline = Pipeline(
             clock=self.clock,
             feeds=cfg.feeds,

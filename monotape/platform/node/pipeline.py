@@ -117,8 +117,11 @@ class Pipeline:
         published = self.server.publish_frame(self.sequencer.take_frame(boundary))
         offset = self.clock.wall_ns() - self.clock.now_ns()
         self.framed_ticks += self.stamps.framed(boundary, published, offset)
+        # the frame's direct writes, then late ones out of slow terminals' rings (writer.py)
         self.stamps.written(
-            np.asarray(self.server.write_latencies_ns, dtype=np.int64), self.server.written_iids
+            np.asarray(self.server.write_latencies_ns, dtype=np.int64),
+            self.server.written_iids,
+            direct=self.server.writer.direct_writes,
         )
         self.server.flush_priority()  # the priority writes since the last frame
 

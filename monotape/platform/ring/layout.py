@@ -44,10 +44,12 @@ __all__ = [
 ]
 
 MAGIC: Final = int.from_bytes(b"MTRING01", "little")
-LAYOUT_VERSION: Final = 1
+LAYOUT_VERSION: Final = 2  # 2: two snapshot slots per iid, each tagged with its frame's entry
 HEADER_BYTES: Final = 4096  # the segment header and the reader table: one page
 SLOT_HEAD: Final = 16  # seq u64, used u64
-SNAPSHOT_HEAD: Final = 32  # seq u64, epoch u64, version seq u64, len u64
+# seq u64, entry u64 (the ring entry of the frame that carries it), epoch u64, version seq u64,
+# len u64
+SNAPSHOT_HEAD: Final = 40
 MAX_READERS: Final = 64  # reader table words that fit the header page beside the 16 fixed ones
 _MIB: Final = 1 << 20
 
@@ -79,13 +81,14 @@ class RingConfig:
     Defaults: 64 MiB in all. A slot of 256 KiB holds a frame of every one of the design's 2,400
     instruments (a delta record is at most 54 bytes, a full record 61, plus 8 bytes of index),
     so at 25 frames/s the ring holds ~9 s of frames, well past a writer's GC pause or a 3 s
-    SIGSTOP. The snapshot table covers the whole uint16 wire id space (65,536 × 128 B = 8 MiB,
-    pages of unused ids are never touched, so never resident)."""
+    SIGSTOP. The snapshot table covers the whole uint16 wire id space with two slots per id
+    (the last two puts, so a writer one frame behind still finds the version it is at:
+    65,536 × 2 × 104 B = 13 MiB, pages of unused ids are never touched, so never resident)."""
 
     total_bytes: int = 64 * _MIB
     slot_bytes: int = 256 * 1024
     snapshot_iids: int = 65_536
-    snapshot_chunk_bytes: int = 96  # a full record is at most 61 bytes (tests/ring/test_layout)
+    snapshot_chunk_bytes: int = 64  # a full record is at most 61 bytes (tests/ring/test_layout)
     max_readers: int = 16
 
     def geometry(self) -> Geometry:
@@ -101,7 +104,7 @@ class Geometry:
     slot_bytes: int
     slots: int
     snapshot_iids: int
-    snapshot_slot_bytes: int
+    snapshot_slot_bytes: int  # one of an iid's two snapshot slots
     max_readers: int
     table_offset: int = field(default=HEADER_BYTES)
 
@@ -114,7 +117,7 @@ class Geometry:
         if config.snapshot_iids < 1 or config.snapshot_chunk_bytes < 8:
             raise ValueError("the snapshot table needs at least one iid of at least 8 bytes")
         snap = SNAPSHOT_HEAD + -(-config.snapshot_chunk_bytes // 8) * 8
-        table = -(-(config.snapshot_iids * snap) // 4096) * 4096
+        table = -(-(config.snapshot_iids * 2 * snap) // 4096) * 4096
         slots = (config.total_bytes - HEADER_BYTES - table) // config.slot_bytes
         if slots < 2:
             raise ValueError(
@@ -133,7 +136,8 @@ class Geometry:
     @property
     def slots_offset(self) -> int:
         return (
-            self.table_offset + -(-(self.snapshot_iids * self.snapshot_slot_bytes) // 4096) * 4096
+            self.table_offset
+            + -(-(self.snapshot_iids * 2 * self.snapshot_slot_bytes) // 4096) * 4096
         )
 
     @property
@@ -149,8 +153,9 @@ class Geometry:
         """Entry ``no`` (1, 2, ...) lives in slot ``(no - 1) % slots``."""
         return self.slots_offset + ((no - 1) % self.slots) * self.slot_bytes
 
-    def snapshot_offset(self, iid: int) -> int:
-        return self.table_offset + iid * self.snapshot_slot_bytes
+    def snapshot_offset(self, iid: int, which: int = 0) -> int:
+        """Slot ``which`` (0 or 1) of ``iid``: the two are side by side."""
+        return self.table_offset + (2 * iid + which) * self.snapshot_slot_bytes
 
 
 @dataclass(frozen=True, slots=True)

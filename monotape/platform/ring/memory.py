@@ -9,12 +9,15 @@ re-check after it are missing (one thread at a time: a read can never be torn he
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from monotape.platform.ring.doorbell import EventfdBell
 from monotape.platform.ring.layout import (
     Entry,
     EntryKind,
     Geometry,
     RingConfig,
+    RingFrame,
     SlotState,
     decode_entry,
     encode_entry,
@@ -44,7 +47,9 @@ class MemoryRing:
         n = self._geometry.slots
         self._seqs = [0] * n  # the slot's sequence word: 2 * entry number once published
         self._slots: list[bytes] = [b""] * n
-        self._snapshots: dict[int, SnapshotChunk] = {}
+        # per iid the last two puts, oldest first: (entry of the frame that carries it, record;
+        # None for a refused one, which reads as absent)
+        self._snapshots: dict[int, list[tuple[int, SnapshotChunk | None]]] = {}
         self._readers: dict[int, MemoryReader] = {}
         self.head = 0
         self._counters = ProducerCounters()
@@ -86,12 +91,34 @@ class MemoryRing:
         if not 0 <= iid < self._geometry.snapshot_iids:
             self._counters.snapshots_refused += 1
             return SnapshotPut.OUT_OF_RANGE
-        if len(chunk) > self._geometry.max_chunk:
-            self._snapshots.pop(iid, None)
+        too_large = len(chunk) > self._geometry.max_chunk
+        stored = None if too_large else SnapshotChunk(version, bytes(chunk))
+        tag = self.head + 1  # the entry the frame that carries it will be
+        held = self._snapshots.setdefault(iid, [])
+        if held and held[-1][0] == tag:
+            held[-1] = (tag, stored)  # the same frame's record again: replaces it
+        else:
+            held.append((tag, stored))
+            del held[:-2]
+        if too_large:
             self._counters.snapshots_refused += 1
             return SnapshotPut.TOO_LARGE
-        self._snapshots[iid] = SnapshotChunk(version, bytes(chunk))
         return SnapshotPut.STORED
+
+    def table(self) -> Iterator[tuple[int, SnapshotChunk]]:
+        """Every iid the snapshot table holds a chunk for, ascending (``ShmRing.table``)."""
+        for iid in sorted(self._snapshots):
+            newest = self._snapshots[iid][-1][1]
+            if newest is not None:
+                yield iid, newest
+
+    def recent(self) -> Iterator[RingFrame]:
+        """The entries still in the ring, newest first (``ShmRing.recent``)."""
+        for no in range(self.head, max(0, self.head - self._geometry.slots), -1):
+            state, data = self._read(no)
+            if state is not SlotState.READY:
+                return
+            yield decode_entry(data, no)
 
     def close(self) -> None:
         for reader in list(self._readers.values()):
@@ -103,8 +130,15 @@ class MemoryRing:
         state = slot_state(no, self._seqs[slot])
         return state, self._slots[slot] if state is SlotState.READY else b""
 
-    def _snapshot(self, iid: int) -> SnapshotChunk | None:
-        return self._snapshots.get(iid)
+    def _snapshot(self, iid: int, at_most: int | None) -> tuple[SnapshotChunk | None, bool]:
+        """The newest record tagged ``<= at_most``, and whether both were too new."""
+        held = self._snapshots.get(iid)
+        if not held:
+            return None, False
+        for tag, stored in reversed(held):
+            if at_most is None or tag <= at_most:
+                return stored, False
+        return None, True
 
     def _forget(self, index: int) -> None:
         self._readers.pop(index, None)
@@ -142,8 +176,15 @@ class MemoryReader:
         c.frames += 1
         return frame
 
-    def snapshot(self, iid: int) -> SnapshotChunk | None:
-        return self._ring._snapshot(iid)
+    @property
+    def position(self) -> int:
+        return self._next - 1
+
+    def snapshot(self, iid: int, at_most: int | None = None) -> SnapshotChunk | None:
+        stored, ahead = self._ring._snapshot(iid, at_most)
+        if ahead:
+            self._counters.snapshot_ahead += 1
+        return stored
 
     def fileno(self) -> int:
         return self.bell.fileno()

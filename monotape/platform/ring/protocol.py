@@ -1,5 +1,6 @@
 """The frame ring's boundary: one producer (the sequencer) publishes entries, many readers (the
-writers) follow them, and a shared snapshot table holds each symbol's latest full record.
+writers) follow them, and a shared snapshot table holds each symbol's last two full records,
+each tagged with the entry of the frame that carries it.
 
 Two implementations keep these guarantees: ``memory.MemoryRing`` (one process: tests and the
 one-process node) and ``shm.ShmRing`` (a segment in /dev/shm shared by processes).
@@ -7,6 +8,7 @@ one-process node) and ``shm.ShmRing`` (a segment in /dev/shm shared by processes
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import Enum
 from typing import Protocol
@@ -98,6 +100,9 @@ class ReaderCounters:
     torn: int = 0  # laps found by the re-check after a copy (counted in laps too)
     gaps: int = 0  # GAP entries and producer restarts
     snapshot_busy: int = 0  # a snapshot read that kept racing its writer: read as absent
+    # a symbol left out of a snapshot: both stored records are newer than this reader's
+    # position (it is more than a frame behind the producer); its terminal resyncs on a gap
+    snapshot_ahead: int = 0
 
 
 class RingProducer(Protocol):
@@ -110,8 +115,11 @@ class RingProducer(Protocol):
     reader's doorbell without blocking (a full doorbell is dropped: that reader already has a
     wake-up pending). An entry larger than a slot is never a crash: ``PublishOutcome.OVERSIZE``.
 
-    Snapshot table: ``put_snapshot`` before publishing the frame that carries the change, and
-    every reader that has read that frame reads a chunk at least that new."""
+    Snapshot table: ``put_snapshot`` before publishing the frame that carries the change. The
+    table keeps an iid's last two puts, each tagged with the number the next ``publish`` gets
+    (the entry of the frame that carries it; two puts with one tag: the second replaces the
+    first), so a reader asks for the version of the frames it has read (``at_most``), never a
+    newer one its next delta would go backwards from."""
 
     @property
     def geometry(self) -> Geometry: ...
@@ -122,6 +130,14 @@ class RingProducer(Protocol):
     def publish(self, entry: Entry) -> PublishOutcome: ...
 
     def put_snapshot(self, iid: int, version: tuple[int, int], chunk: bytes) -> SnapshotPut: ...
+
+    def table(self) -> Iterator[tuple[int, SnapshotChunk]]:
+        """What the snapshot table holds, by ascending iid: a restarted producer's seed."""
+        ...
+
+    def recent(self) -> Iterator[RingFrame]:
+        """The entries still in the ring, newest first: a restarted producer's seed too."""
+        ...
 
     def close(self) -> None: ...
 
@@ -140,7 +156,17 @@ class RingReader(Protocol):
 
     def poll(self) -> RingRead | None: ...
 
-    def snapshot(self, iid: int) -> SnapshotChunk | None: ...
+    @property
+    def position(self) -> int:
+        """The entry this reader has read up to: the last one ``poll`` returned, ``resume - 1``
+        after a ``Lapped`` (entry ``resume`` is read next), the head after a restart."""
+        ...
+
+    def snapshot(self, iid: int, at_most: int | None = None) -> SnapshotChunk | None:
+        """The newest stored record of ``iid`` whose frame's entry is ``<= at_most`` (None: the
+        newest of all). None when the table holds none such (absent, refused, or both stored
+        records newer: counted as ``snapshot_ahead``)."""
+        ...
 
     def fileno(self) -> int: ...
 

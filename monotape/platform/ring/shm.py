@@ -3,7 +3,7 @@ every writer process (docs/ring.md). The segment itself (name, header words, lif
 is ``segment``; the producer and the reader are here.
 
 Segment: a header page (fixed words, then the reader table: one pid per reader index), the
-snapshot table (one fixed slot per iid), then the frame slots.
+snapshot table (two fixed slots per iid: its last two puts), then the frame slots.
 
 Seqlock (publish): slot word := 2n - 1 (odd: writing), used length, entry bytes, slot word := 2n
 (even: published), then the header's head := n and the doorbells. A reader checks the word is
@@ -11,23 +11,29 @@ Seqlock (publish): slot word := 2n - 1 (odd: writing), used length, entry bytes,
 This relies on stores becoming visible in program order and loads not passing loads, which
 x86-64 (TSO) gives; CPython cannot express fences, so on a weakly ordered CPU the re-check is not
 a proof. The producer is the only writer of every word except a reader's own pid word. The
-snapshot table uses the same protocol per iid (a put bumps the iid's word odd, writes, even).
+snapshot table uses the same protocol per slot (a put bumps the slot's word odd, writes, even);
+a reader takes both of an iid's words, copies, and re-checks both, so the two records it chose
+from were there together.
+
+The snapshot table's slots (two per iid, tagged with their frame's entry) are ``table``'s.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from monotape.platform.ring import table as snapshot_table
 from monotape.platform.ring.doorbell import SocketBell, SocketBells
 from monotape.platform.ring.layout import (
     SLOT_HEAD,
-    SNAPSHOT_HEAD,
     Entry,
     EntryKind,
     Geometry,
     RingConfig,
+    RingFrame,
     SlotState,
     decode_entry,
     encode_entry,
@@ -58,6 +64,13 @@ from monotape.platform.ring.segment import (
 __all__ = ["ShmReader", "ShmRing"]
 
 _SNAPSHOT_SPINS = 64  # a put copies < 100 bytes: a reader racing it retries, then yields
+# ... then waits this long for a put the producer was preempted in the middle of (a busy box
+# deschedules it for milliseconds): a symbol read as absent is left out of a terminal's
+# snapshot while the frames after it carry deltas on a base that terminal never got. A slot
+# still odd by then belongs to a producer that is stopped or dead (a restart clears it): that
+# slot version is read as absent at once from then on, so it costs one wait, not one a read.
+_SNAPSHOT_WAIT_S = 0.1
+_SNAPSHOT_NAP_S = 0.0002
 
 
 class ShmRing:
@@ -91,13 +104,8 @@ class ShmRing:
         snapshot slot the dead producer left half-written (odd word) is cleared (absent)."""
         path = directory / name
         seg = Segment.open(path)
-        g = seg.geometry
+        snapshot_table.clear_torn(seg)
         w = seg.words
-        for iid in range(g.snapshot_iids):
-            k = g.snapshot_offset(iid) >> 3
-            if w[k] & 1:
-                w[k + 3] = 0
-                w[k] += 1
         w[W_PRODUCER] = os.getpid()
         w[W_GENERATION] += 1
         return cls(seg)
@@ -154,23 +162,37 @@ class ShmRing:
         if not (0 <= epoch < 1 << 64 and 0 <= seq < 1 << 64):
             raise ValueError(f"version {version} is not two u64")
         too_large = len(chunk) > g.max_chunk
-        n = 0 if too_large else len(chunk)
-        off = g.snapshot_offset(iid)
-        w = self._seg.words
-        k = off >> 3
-        s = w[k]
-        odd = s + 1 if s % 2 == 0 else s + 2
-        w[k] = odd
-        w[k + 1] = epoch
-        w[k + 2] = seq
-        w[k + 3] = n
-        if n:
-            self._seg.mm[off + SNAPSHOT_HEAD : off + SNAPSHOT_HEAD + n] = chunk
-        w[k] = odd + 1
+        # tagged with the entry the frame that carries it will be
+        tag = self._seg.words[W_HEAD] + 1
+        snapshot_table.put(self._seg, iid, tag, (epoch, seq), None if too_large else chunk)
         if too_large:
             self._counters.snapshots_refused += 1
             return SnapshotPut.TOO_LARGE
         return SnapshotPut.STORED
+
+    def table(self) -> Iterator[tuple[int, SnapshotChunk]]:
+        """Every iid the snapshot table holds a chunk for, ascending, with its version (the
+        newer of its two slots): what a restarted producer seeds its admit state from
+        (terminals may have been shown these versions, so nothing at or below them may be
+        published again). Only the producer calls it, so no put races the read (``reopen``
+        cleared half-written slots)."""
+        return snapshot_table.newest(self._seg)
+
+    def recent(self) -> Iterator[RingFrame]:
+        """The entries still in the ring, newest first, until one is missing or overwritten:
+        a restarted producer reads back what the dead one published last (the priority records
+        since its last frame were shown to terminals too). Only the producer calls it."""
+        seg = self._seg
+        g = seg.geometry
+        w = seg.words
+        head = int(w[W_HEAD])
+        for no in range(head, max(0, head - g.slots), -1):
+            off = g.slot_offset(no)
+            k = off >> 3
+            if w[k] != 2 * no:
+                return
+            used = min(w[k + 1], g.max_entry)
+            yield decode_entry(seg.mm[off + SLOT_HEAD : off + SLOT_HEAD + used], no)
 
     def close(self, unlink: bool = True) -> None:
         """Unmap, and (the owner's duty) remove the segment: readers keep their mappings."""
@@ -195,6 +217,7 @@ class ShmReader:
         self._generation = w[W_GENERATION]
         self._next = w[W_HEAD] + 1
         self._counters = ReaderCounters()
+        self._stuck: tuple[int, int] | None = None  # (iid, odd word) a wait gave up on
         # The copy out of a slot: an attribute so a test can race a slow copy with the producer.
         self.copy: Callable[[int, int], bytes] = self._copy
 
@@ -254,29 +277,60 @@ class ShmReader:
         c.missed += resume - no
         return Lapped(no, resume)
 
-    def snapshot(self, iid: int) -> SnapshotChunk | None:
+    @property
+    def position(self) -> int:
+        return self._next - 1
+
+    def snapshot(self, iid: int, at_most: int | None = None) -> SnapshotChunk | None:
+        """The newest stored record of ``iid`` whose frame's entry is ``<= at_most``.
+
+        A put in progress (odd word) is always for the frame after the head (the producer puts,
+        then publishes), so with ``at_most <= head`` (a reader's ``position``) the record asked
+        for is never the one being written: that slot is skipped, no wait. The other slot is
+        read under its own seqlock; a put can only reach it after a publish and a second put,
+        which moves its word (read again). Only ``at_most=None`` (the newest) waits for a put."""
         g = self._seg.geometry
         if not 0 <= iid < g.snapshot_iids:
             return None
-        off = g.snapshot_offset(iid)
         w = self._seg.words
-        mm = self._seg.mm
-        k = off >> 3
-        cap = g.max_chunk
-        for spin in range(_SNAPSHOT_SPINS):
-            s = w[k]
-            if s == 0:
+        k0 = g.snapshot_offset(iid) >> 3
+        k1 = k0 + (g.snapshot_slot_bytes >> 3)
+        limit = (1 << 64) - 1 if at_most is None else at_most
+        deadline = 0.0
+        spin = 0
+        while True:
+            s0, s1 = w[k0], w[k1]
+            # the newest written, settled slot whose frame is at most ``limit`` (k == 0: none)
+            k, best, s = 0, -1, 0
+            if s0 and not s0 & 1 and w[k0 + 1] <= limit:
+                k, best, s = k0, w[k0 + 1], s0
+            if s1 and not s1 & 1 and best < w[k1 + 1] <= limit:
+                k, s = k1, s1
+            busy = at_most is None and (s0 | s1) & 1
+            if busy and self._stuck == (iid, s0 | s1):  # a wait gave up on this put already
                 return None
-            if s & 1:  # a put in progress
+            if k and not busy:
+                settled, got = snapshot_table.copy_slot(self._seg, k, s)
+                if settled:
+                    return got
+            elif not busy:
+                if s0 or s1:  # stored, but only newer than what this reader has read
+                    self._counters.snapshot_ahead += 1
+                return None
+            spin += 1
+            if spin < _SNAPSHOT_SPINS:
                 if spin >= 8:
                     os.sched_yield()  # let the producer finish if it shares our core
                 continue
-            epoch, seq, n = w[k + 1], w[k + 2], min(w[k + 3], cap)
-            chunk = mm[off + SNAPSHOT_HEAD : off + SNAPSHOT_HEAD + n]
-            if w[k] == s:
-                return SnapshotChunk((epoch, seq), chunk) if n else None
-        self._counters.snapshot_busy += 1
-        return None
+            # the producer was preempted mid-put (a busy box deschedules it for milliseconds)
+            now = time.monotonic()
+            if not deadline:
+                deadline = now + _SNAPSHOT_WAIT_S
+            elif now > deadline:
+                self._counters.snapshot_busy += 1
+                self._stuck = (iid, s0 | s1)
+                return None
+            time.sleep(_SNAPSHOT_NAP_S)
 
     def fileno(self) -> int:
         return self._bell.fileno()

@@ -261,6 +261,303 @@ done:
     return result;
 }
 
+/* send_group: the writer's frame path (server/sendloop.py). Per connection object, with the GIL:
+   is it eligible for a send behind its transport's back (the same test as the Python loop:
+   conn.closing is False, conn.protocol.state is OPEN, conn.conn_id not in behind, conn.fd >= 0,
+   transport.get_write_buffer_size() == 0, not transport.is_closing())? Then, GIL released, one
+   non-blocking send per eligible socket; then, with the GIL, frames_sent += 1 and
+   bytes_sent += len(payload) on each connection the kernel took bytes from or that would
+   block (its rest goes to the transport: Python counts it back if that write fails), counted
+   in the eligibility pass and taken back for a refused send. Only the
+   exceptions come back, so a group where every terminal took the bytes costs Python nothing
+   per terminal: (i, 0, -1) not eligible (Python takes its ordered path), else as send_many. */
+static PyObject *s_closing, *s_protocol, *s_state, *s_private_state, *s_conn_id, *s_fd;
+static PyObject *s_transport;
+static PyObject *s_get_write_buffer_size, *s_is_closing, *s_frames_sent, *s_bytes_sent, *s_one;
+static PyObject *s_minus_one;
+
+#define NOT_ELIGIBLE (-1)
+
+/* 1: eligible (its fd in *fd), 0: not, -1: an exception (set). */
+static int
+eligible(PyObject *conn, PyObject *behind, PyObject *open_state, int *fd)
+{
+    PyObject *v = PyObject_GetAttr(conn, s_closing);
+    if (v == NULL) {
+        return -1;
+    }
+    int bad = v != Py_False;
+    Py_DECREF(v);
+    if (bad) {
+        return 0;
+    }
+    PyObject *protocol = PyObject_GetAttr(conn, s_protocol);
+    if (protocol == NULL) {
+        return -1;
+    }
+    /* websockets' Protocol.state is a property returning self._state: read the attribute
+       (~20 ns) rather than call the property (~150 ns); another protocol object without it
+       is asked for its state. */
+    v = PyObject_GetAttr(protocol, s_private_state);
+    if (v == NULL && PyErr_ExceptionMatches(PyExc_AttributeError)) {
+        PyErr_Clear();
+        v = PyObject_GetAttr(protocol, s_state);
+    }
+    Py_DECREF(protocol);
+    if (v == NULL) {
+        return -1;
+    }
+    bad = v != open_state;
+    Py_DECREF(v);
+    if (bad) {
+        return 0;
+    }
+    if (PySet_GET_SIZE(behind) != 0) { /* the common case: nobody is behind */
+        v = PyObject_GetAttr(conn, s_conn_id);
+        if (v == NULL) {
+            return -1;
+        }
+        int in_behind = PySet_Contains(behind, v);
+        Py_DECREF(v);
+        if (in_behind != 0) {
+            return in_behind < 0 ? -1 : 0;
+        }
+    }
+    v = PyObject_GetAttr(conn, s_fd);
+    if (v == NULL) {
+        return -1;
+    }
+    long n = PyLong_AsLong(v);
+    Py_DECREF(v);
+    if (n == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    if (n < 0 || n > INT_MAX) {
+        return 0;
+    }
+    *fd = (int)n;
+    PyObject *transport = PyObject_GetAttr(conn, s_transport);
+    if (transport == NULL) {
+        return -1;
+    }
+    v = PyObject_CallMethodNoArgs(transport, s_get_write_buffer_size);
+    if (v == NULL) {
+        Py_DECREF(transport);
+        return -1;
+    }
+    long queued = PyLong_AsLong(v);
+    Py_DECREF(v);
+    if (queued == -1 && PyErr_Occurred()) {
+        Py_DECREF(transport);
+        return -1;
+    }
+    if (queued != 0) {
+        Py_DECREF(transport);
+        return 0;
+    }
+    v = PyObject_CallMethodNoArgs(transport, s_is_closing);
+    Py_DECREF(transport);
+    if (v == NULL) {
+        return -1;
+    }
+    int closing = PyObject_IsTrue(v);
+    Py_DECREF(v);
+    return closing < 0 ? -1 : !closing;
+}
+
+static int
+add_to(PyObject *conn, PyObject *name, PyObject *amount)
+{
+    PyObject *v = PyObject_GetAttr(conn, name);
+    if (v == NULL) {
+        return -1;
+    }
+    PyObject *sum = PyNumber_Add(v, amount);
+    Py_DECREF(v);
+    if (sum == NULL) {
+        return -1;
+    }
+    int r = PyObject_SetAttr(conn, name, sum);
+    Py_DECREF(sum);
+    return r;
+}
+
+static PyObject *
+send_group(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *seq = NULL;
+    PyObject *result = NULL;
+    PyObject *size_obj = NULL;
+    PyObject *minus_size = NULL;
+    Py_buffer view;
+    void *block = NULL;
+    shortfall *rec;
+    int *fds;
+    Py_ssize_t *which; /* the connection index of each fd */
+    Py_ssize_t n, nfds = 0, nrec = 0, k;
+    int held = 0;
+
+    if (nargs != 4) {
+        PyErr_Format(PyExc_TypeError, "send_group() takes exactly 4 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    PyObject *behind = args[2];
+    PyObject *open_state = args[3];
+    if (!PyAnySet_Check(behind)) {
+        PyErr_SetString(PyExc_TypeError, "behind must be a set");
+        return NULL;
+    }
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) {
+        return NULL;
+    }
+    held = 1;
+    seq = PySequence_Fast(args[1], "conns must be a sequence of connections");
+    if (seq == NULL) {
+        goto done;
+    }
+    n = PySequence_Fast_GET_SIZE(seq);
+    if (n == 0 || view.len == 0) {
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    if ((size_t)n > ((size_t)PY_SSIZE_T_MAX) /
+                        (sizeof(shortfall) + sizeof(int) + sizeof(Py_ssize_t))) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    block = PyMem_RawMalloc((size_t)n * (sizeof(shortfall) + sizeof(Py_ssize_t) + sizeof(int)));
+    if (block == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    rec = (shortfall *)block;
+    which = (Py_ssize_t *)(rec + n);
+    fds = (int *)(which + n);
+    size_obj = PyLong_FromSsize_t(view.len);
+    minus_size = PyLong_FromSsize_t(-view.len);
+    if (size_obj == NULL || minus_size == NULL) {
+        goto done;
+    }
+    /* The eligibility pass: the items are held by seq (a tuple or list we own a reference to,
+       or the caller's list: nothing below runs code that could edit it but an attribute's own
+       Python, so re-read the size each step). */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (PySequence_Fast_GET_SIZE(seq) != n) {
+            PyErr_SetString(PyExc_RuntimeError, "conns changed size while being read");
+            goto done;
+        }
+        PyObject *conn = Py_NewRef(PySequence_Fast_GET_ITEM(seq, i));
+        int fd = -1;
+        int ok = eligible(conn, behind, open_state, &fd);
+        if (ok <= 0) {
+            Py_DECREF(conn);
+        }
+        if (ok < 0) {
+            goto take_back;
+        }
+        if (!ok) {
+            rec[nrec].index = i;
+            rec[nrec].sent = 0;
+            rec[nrec].err = NOT_ELIGIBLE;
+            nrec++;
+            continue;
+        }
+        /* Counted now, while the object is in the cache (a second pass after the sends would
+           meet it evicted by the kernel's work); a refused send takes it back below. */
+        if (add_to(conn, s_frames_sent, s_one) < 0 || add_to(conn, s_bytes_sent, size_obj) < 0) {
+            Py_DECREF(conn);
+            goto take_back;
+        }
+        Py_DECREF(conn);
+        fds[nfds] = fd;
+        which[nfds] = i;
+        nfds++;
+    }
+    /* The sends; their shortfalls land after the ineligible ones (kept apart by err). */
+    shortfall *sent_rec = rec + nrec;
+    Py_ssize_t nshort = 0;
+    const char *buf = view.buf;
+    size_t len = (size_t)view.len;
+    Py_BEGIN_ALLOW_THREADS
+    for (k = 0; k < nfds; k++) {
+        ssize_t r;
+        do {
+            r = send(fds[k], buf, len, SEND_FLAGS);
+        } while (r < 0 && errno == EINTR);
+        if (r >= 0 && (size_t)r == len) {
+            continue;
+        }
+        sent_rec[nshort].index = k; /* an fd index for now */
+        sent_rec[nshort].sent = r < 0 ? 0 : (Py_ssize_t)r;
+        sent_rec[nshort].err = r < 0 ? errno : 0;
+        nshort++;
+    }
+    Py_END_ALLOW_THREADS
+    /* The shortfalls by connection index; a refused send takes its count back (a partial or
+       EAGAIN keeps it: its rest goes to the transport). */
+    for (Py_ssize_t s = 0; s < nshort; s++) {
+        int err = sent_rec[s].err;
+        Py_ssize_t i = which[sent_rec[s].index];
+        sent_rec[s].index = i;
+        if (err == 0 || err == EAGAIN || err == EWOULDBLOCK) {
+            continue;
+        }
+        if (PySequence_Fast_GET_SIZE(seq) != n) { /* a setter edited the caller's list */
+            PyErr_SetString(PyExc_RuntimeError, "conns changed size while being counted");
+            goto done;
+        }
+        PyObject *conn = PySequence_Fast_GET_ITEM(seq, i);
+        if (add_to(conn, s_frames_sent, s_minus_one) < 0 ||
+            add_to(conn, s_bytes_sent, minus_size) < 0) {
+            goto done;
+        }
+    }
+    nrec += nshort;
+    result = nrec == 0 ? Py_NewRef(Py_None) : build_result(rec, nrec);
+    goto done;
+
+take_back: /* an exception before any send: nothing was sent, so nothing stays counted */
+    {
+#if PY_VERSION_HEX >= 0x030C0000
+        PyObject *exc = PyErr_GetRaisedException();
+#else
+        PyObject *type, *exc, *tb;
+        PyErr_Fetch(&type, &exc, &tb);
+#endif
+        for (k = 0; k < nfds && PySequence_Fast_GET_SIZE(seq) == n; k++) {
+            PyObject *conn = PySequence_Fast_GET_ITEM(seq, which[k]);
+            if (add_to(conn, s_frames_sent, s_minus_one) < 0 ||
+                add_to(conn, s_bytes_sent, minus_size) < 0) {
+                PyErr_Clear();
+            }
+        }
+#if PY_VERSION_HEX >= 0x030C0000
+        PyErr_SetRaisedException(exc);
+#else
+        PyErr_Restore(type, exc, tb);
+#endif
+    }
+
+done:
+    if (held) {
+        PyBuffer_Release(&view);
+    }
+    PyMem_RawFree(block);
+    Py_XDECREF(size_obj);
+    Py_XDECREF(minus_size);
+    Py_XDECREF(seq);
+    return result;
+}
+
+PyDoc_STRVAR(send_group_doc,
+"send_group(payload, conns, behind, open_state, /)\n--\n\n"
+"The writer's frame path: payload to every connection of conns that may be written behind\n"
+"its transport's back (not closing, protocol state is open_state, conn_id not in behind,\n"
+"fd >= 0, transport buffer empty, transport not closing), one non-blocking send each, GIL\n"
+"released; frames_sent and bytes_sent counted on each written or handed-off connection.\n"
+"Return None when all took all, else a list of (index, sent, errno): errno -1 not eligible,\n"
+"else as send_many (the ineligible first, then the shortfalls in order).");
+
 PyDoc_STRVAR(send_many_doc,
 "send_many(payload, fds, /)\n--\n\n"
 "Write payload (a bytes-like object, or a sequence of them as one iovec) to every socket\n"
@@ -270,14 +567,46 @@ PyDoc_STRVAR(send_many_doc,
 
 static PyMethodDef sendmany_methods[] = {
     {"send_many", (PyCFunction)(void (*)(void))send_many, METH_FASTCALL, send_many_doc},
+    {"send_group", (PyCFunction)(void (*)(void))send_group, METH_FASTCALL, send_group_doc},
     {NULL, NULL, 0, NULL},
 };
 
 static int
 sendmany_exec(PyObject *module)
 {
-    if (PyModule_AddIntConstant(module, "MAX_CHUNKS", MAX_CHUNKS) < 0) {
+    if (PyModule_AddIntConstant(module, "MAX_CHUNKS", MAX_CHUNKS) < 0 ||
+        PyModule_AddIntConstant(module, "NOT_ELIGIBLE", NOT_ELIGIBLE) < 0) {
         return -1;
+    }
+    struct {
+        PyObject **slot;
+        const char *name;
+    } names[] = {
+        {&s_closing, "closing"},
+        {&s_protocol, "protocol"},
+        {&s_state, "state"},
+        {&s_private_state, "_state"},
+        {&s_conn_id, "conn_id"},
+        {&s_fd, "fd"},
+        {&s_transport, "transport"},
+        {&s_get_write_buffer_size, "get_write_buffer_size"},
+        {&s_is_closing, "is_closing"},
+        {&s_frames_sent, "frames_sent"},
+        {&s_bytes_sent, "bytes_sent"},
+    };
+    if (s_one == NULL && (s_one = PyLong_FromLong(1)) == NULL) {
+        return -1;
+    }
+    if (s_minus_one == NULL && (s_minus_one = PyLong_FromLong(-1)) == NULL) {
+        return -1;
+    }
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        if (*names[i].slot == NULL) { /* interned once per process, kept for its life */
+            *names[i].slot = PyUnicode_InternFromString(names[i].name);
+            if (*names[i].slot == NULL) {
+                return -1;
+            }
+        }
     }
 #if defined(__SANITIZE_ADDRESS__)
     PyObject *sanitized = Py_True;

@@ -109,9 +109,10 @@ class Connection:
         self.frames_sent += 1
         self.bytes_sent += len(wire)
 
-    def deliver(self, wire: bytes) -> bool:
+    def deliver(self, wire: bytes, published_ns: int = 0) -> bool:
         """Send now (True), or queue in the bounded ring when the terminal is behind (False):
-        either way in order."""
+        either way in order. ``published_ns``: a frame's publish time (0: not a frame), kept
+        with it in the ring so its late write is timed from it (``flush``)."""
         outbox = self.outbox
         if (
             self.control  # queued answers first: the hello must precede every frame
@@ -119,7 +120,7 @@ class Connection:
             or len(outbox)
             or self.transport.get_write_buffer_size() > self.high_water
         ):
-            outbox.push(wire)
+            outbox.push(wire, published_ns)
             return False
         self._write(wire)
         return True
@@ -137,9 +138,14 @@ class Connection:
         self._write(wire)
         return True
 
-    def flush(self, snapshot_for_gap: Callable[[], bytes]) -> bool:
+    def flush(
+        self, snapshot_for_gap: Callable[[], bytes], written: Callable[[int], None] | None = None
+    ) -> bool:
         """Move queued answers, then queued frames, to the socket while it has room; returns
-        True if a gap was resolved with a fresh snapshot (the caller counts it)."""
+        True if a gap was resolved with a fresh snapshot (the caller counts it).
+
+        ``written(published_ns)`` is called for each queued frame handed to the kernel, with
+        the time it was published: the writer's late ``write`` values."""
         outbox = self.outbox
         control = self.control
         resolved = False
@@ -150,10 +156,13 @@ class Connection:
             if outbox.gap:
                 outbox.resolve_gap(snapshot_for_gap())
                 resolved = True
+            published = outbox.head_published_ns
             item = outbox.pop()
             if item is None:
                 break
             self._write(item)
+            if published and written is not None:
+                written(published)
         return resolved
 
     @property

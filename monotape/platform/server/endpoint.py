@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -36,7 +36,7 @@ from monotape.platform.core.glass import GlassLedger
 from monotape.platform.core.planner import Pacer
 from monotape.platform.core.sequencer import Sequencer
 from monotape.platform.core.session import Received, Session, SessionRules
-from monotape.platform.core.snapshots import FailureSink, SnapshotCache
+from monotape.platform.core.snapshots import FailureSink, SnapshotCache, Snapshots
 from monotape.platform.model import Instrument, Tick
 from monotape.platform.server.connection import Connection
 from monotape.platform.server.control import TerminalSocket
@@ -56,7 +56,7 @@ class FanoutServer:
         self,
         cfg: ServerConfig,
         universe: Sequence[Instrument],
-        sequencer: Sequencer,
+        sequencer: Sequencer | None,
         clock: Clock,
         server_id: str = "monotape",
         verifier: TokenVerifier | None = None,
@@ -64,14 +64,28 @@ class FanoutServer:
         glass: StageRecorder | None = None,
         overloaded: Callable[[], bool] | None = None,
         priority: Callable[[np.ndarray], None] | None = None,
+        *,
+        snapshots: Snapshots | None = None,
+        reuse_port: bool = False,
+        marks: Callable[[Iterable[int]], None] | None = None,
     ) -> None:
+        """A writer process passes ``snapshots`` (the ring's table), not a ``sequencer``;
+        ``reuse_port`` (SO_REUSEPORT: writers share the port) and ``marks`` (told the iids whose
+        order-ticket marks may have changed: its row of the priority interest)."""
         self.cfg = cfg
+        self._reuse_port = reuse_port
+        self._marks = marks
+        self._marked: dict[int, frozenset[int]] = {}  # conn -> its priority iids (with marks)
         self.clock = clock
         self._hydrate = hydrate  # µs-resolution histogram of (re)subscription hydrations
         self._glass = glass  # RTT/2 samples of the glass cohort (an upper bound)
         self.sequencer = sequencer
         self.terminals = Terminals()
-        self.snapshots = SnapshotCache(sequencer.published)
+        if snapshots is None:
+            if sequencer is None:
+                raise ValueError("FanoutServer needs a sequencer or a snapshots source")
+            snapshots = SnapshotCache(sequencer.published)
+        self.snapshots: Snapshots = snapshots
         self.terminals.pacer = Pacer(self.snapshots)  # max_hz < 25 terminals' boundaries
         self.writer = Writer(cfg, clock, self.terminals, self.snapshots, priority)
         self.drainer = DrainDriver(cfg, clock, self.terminals)
@@ -133,6 +147,8 @@ class FanoutServer:
     @failures.setter
     def failures(self, sink: FailureSink | None) -> None:
         self.writer.failures = sink
+        if isinstance(self.snapshots, SnapshotCache):  # a symbol that cannot encode
+            self.snapshots.failures = sink
 
     @property
     def written_iids(self) -> np.ndarray:
@@ -212,16 +228,21 @@ class FanoutServer:
             create_connection=TerminalSocket,
             # monotape.v2 when a browser offers it; its bearer.<jwt> entry is never echoed
             select_subprotocol=select_subprotocol,
+            reuse_port=self._reuse_port or None,  # writer processes share the port
         )
         sock = next(iter(self._server.sockets))
         port: int = sock.getsockname()[1]
         return port
 
+    def stop_listening(self) -> None:
+        """No new terminals from here on (with SO_REUSEPORT the kernel sends them elsewhere)."""
+        if self._server is not None:
+            self._server.close(close_connections=False)
+
     async def stop(self, reason: Disconnect = Disconnect.SERVER_SHUTDOWN) -> None:
         """Stop accepting, close every terminal with a going-away code and a reconnect hint
         (a close already under way keeps its own reason), then finish the listener."""
-        if self._server is not None:
-            self._server.close(close_connections=False)  # no new terminals from here on
+        self.stop_listening()
         self.drainer.cancel()
         terminals = self.terminals
         for conn in list(terminals.connections.values()):
@@ -288,6 +309,15 @@ class FanoutServer:
             self._arm_expiry(conn)
         return received
 
+    def _priority_changed(self, conn_id: int) -> None:
+        """After a request: tell ``marks`` what this terminal marked or unmarked."""
+        assert self._marks is not None
+        before = self._marked.get(conn_id, frozenset())
+        now = self.index.priority(conn_id) if conn_id in self.terminals.connections else before
+        if now != before:
+            self._marked[conn_id] = now
+            self._marks(before ^ now)
+
     # -- per connection ------------------------------------------------------------------------
     async def _serve_connection(self, ws: ServerConnection) -> None:
         refusal = self.gate.refusal_for(ws)
@@ -351,6 +381,8 @@ class FanoutServer:
                         self._hydrate.record_ns(self.clock.now_ns() - started)
                 if received.ack is not None:
                     writer.answer(conn, codec.ws_binary_frame(received.ack))
+                if self._marks is not None:
+                    self._priority_changed(conn_id)
                 if received.close is not None:
                     conn.close_reason = received.close.reason
                     await terminals.close(conn, received.close)
@@ -364,3 +396,5 @@ class FanoutServer:
             # A close the server started (shutdown, drain, kick) names itself; otherwise the
             # way the socket ended does.
             terminals.teardown(conn_id, conn.close_reason or reason)
+            if (left := self._marked.pop(conn_id, None)) and self._marks is not None:
+                self._marks(left)  # the index no longer holds them for this terminal

@@ -10,6 +10,13 @@ the transport path exactly as the writer's own loop does. A socket that takes le
 whole payload hands the exact remainder to its transport (then the ring), and stays on that path
 until its transport has drained; a send the kernel refuses tears the terminal down with a named
 reason (``send_error_reason``), after the loop.
+
+A frame's payloads take ``send_frame``: per signature the connection objects are kept in a
+tuple (rebuilt only when the index's connection set for it is another one: the planner hands
+the index's own frozenset, replaced on every subscribe, unsubscribe and teardown), and one
+``send_group`` call per payload does the eligibility test, the sends and the counters in C
+(server/sendmany.py), so a payload that every terminal took costs O(1) Python, not
+O(terminals); only the exceptions (not eligible, partial, EAGAIN, an errno) come back here.
 """
 
 from __future__ import annotations
@@ -17,13 +24,14 @@ from __future__ import annotations
 import errno
 import socket
 from collections.abc import Callable, Iterable
+from collections.abc import Set as AbstractSet
 from typing import Final, TypeAlias
 
 from websockets.protocol import State
 
 from monotape.platform.core.disconnect import Disconnect
 from monotape.platform.server.connection import Connection
-from monotape.platform.server.sendmany import SendMany, Shortfall
+from monotape.platform.server.sendmany import NOT_ELIGIBLE, SendMany, Shortfall, group_via
 from monotape.platform.server.terminals import Terminals
 
 __all__ = ["Deliver", "Failed", "SendLoop", "send_error_reason"]
@@ -51,6 +59,9 @@ _PEER_GONE: Final = frozenset(
 # them apart, these being the states after we sent our FIN (include/net/tcp_states.h).
 _WE_SENT_FIN: Final = frozenset({4, 5, 6, 9, 11})  # FIN_WAIT1/2, TIME_WAIT, LAST_ACK, CLOSING
 _TCP_INFO: Final = getattr(socket, "TCP_INFO", 0)
+# A signature's connection tuple unused for this many frames (1 s at 25 Hz) is dropped: it
+# holds its connections' objects alive.
+_KEEP_FRAMES: Final = 25
 # (connection id, why): the sockets that failed in a loop, torn down after it
 Failed: TypeAlias = list[tuple[int, Disconnect]]
 # The writer's ordered path for one terminal (ring, gap, closing): True when written now.
@@ -87,6 +98,10 @@ class SendLoop:
         self, send_many: SendMany, terminals: Terminals, high_water: int, deliver: Deliver
     ) -> None:
         self.send_many = send_many  # the extension's; tests may pass the Python twin
+        self.send_group = group_via(send_many)
+        # signature -> (the connection-id set it was built from, its connections, last frame)
+        self._groups: dict[int, tuple[AbstractSet[int], tuple[Connection, ...], int]] = {}
+        self._frames = 0
         self.terminals = terminals
         self.high_water = high_water
         self.deliver = deliver
@@ -186,6 +201,80 @@ class SendLoop:
         if stamp is not None and sent:
             stamp(sent)
         return count + sent
+
+    def send_frame(self, wire: bytes, conn_ids: AbstractSet[int], sig: int, failed: Failed) -> int:
+        """``wire`` to the connections of ``conn_ids`` (signature ``sig``'s, or a rate
+        group's): one ``send_group`` call; returns how many were written now (kernel or
+        transport). The terminals that are not eligible take ``send``'s per-terminal path."""
+        entry = self._groups.get(sig)
+        frame = self._frames
+        if entry is None or (entry[0] is not conn_ids and entry[0] != conn_ids):
+            connections = self.terminals.connections
+            conns = tuple(c for c in map(connections.get, conn_ids) if c is not None)
+        else:
+            conns = entry[1]
+        self._groups[sig] = (conn_ids, conns, frame)
+        shortfalls = self.send_group(wire, conns, self.terminals.behind, OPEN)
+        if shortfalls is None:
+            self.writes += len(conns)
+            return len(conns)
+        count = len(conns) - len(shortfalls)
+        size = len(wire)
+        eligible = len(conns)
+        for index, sent, err in shortfalls:
+            conn = conns[index]
+            if err == NOT_ELIGIBLE:
+                eligible -= 1
+                count += self._one(conn, wire, failed)
+                continue
+            if not err or err in _WOULD_BLOCK:
+                self.handoffs += 1
+                self.partials += sent > 0
+                try:
+                    conn.transport.write(wire[sent:] if sent else wire)
+                    count += 1
+                    continue
+                except Exception:  # the uvloop write-after-eof trap: this connection only
+                    reason = Disconnect.WRITE_ERROR
+                conn.frames_sent -= 1  # counted by send_group
+                conn.bytes_sent -= size
+            else:  # refused: send_group counted nothing
+                self.failures += 1
+                reason = send_error_reason(err, conn.fd)
+            conn.closing = True  # nothing more for it until the loop's teardowns run
+            failed.append((conn.conn_id, reason))
+        self.writes += eligible
+        return count
+
+    def end_frame(self) -> None:
+        """Once per frame: forget the signatures not seen for ``_KEEP_FRAMES`` frames."""
+        self._frames = frame = self._frames + 1
+        if frame % _KEEP_FRAMES == 0:
+            groups = self._groups
+            for sig in [s for s, (_, _, seen) in groups.items() if frame - seen > _KEEP_FRAMES]:
+                del groups[sig]
+
+    def _one(self, conn: Connection, wire: bytes, failed: Failed) -> int:
+        """A terminal ``send_group`` found not eligible: ``send``'s per-terminal path (1 if
+        written now). A terminal torn down since its tuple was built is skipped."""
+        cid = conn.conn_id
+        if self.terminals.connections.get(cid) is not conn:
+            return 0
+        if cid in self.terminals.behind or conn.closing or conn.protocol.state is not OPEN:
+            return int(self.deliver(conn, wire, failed))
+        transport = conn.transport
+        queued = transport.get_write_buffer_size()
+        if queued > self.high_water:
+            return int(self.deliver(conn, wire, failed))
+        try:  # the transport path: its buffer holds bytes, or the fd is not ours to use
+            transport.write(wire)
+        except Exception:  # the uvloop write-after-eof trap: this connection only
+            conn.closing = True
+            failed.append((cid, Disconnect.WRITE_ERROR))
+            return 0
+        conn.frames_sent += 1
+        conn.bytes_sent += len(wire)
+        return 1
 
     def _hand_off(
         self, wire: bytes, shortfalls: list[Shortfall], batch: list[Connection], failed: Failed

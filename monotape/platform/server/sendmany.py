@@ -21,6 +21,15 @@ else a list, in fd order, of ``(index, sent, errno)`` for the sockets that fell 
 Every descriptor is validated (``TypeError``, ``ValueError`` for a negative one,
 ``OverflowError`` past a C int) before anything is sent; an empty payload sends nothing.
 
+``send_group(payload, conns, behind, open_state)`` is the writer's frame path over connection
+objects (server/sendloop.py): per connection the eligibility test of the Python loop (not
+closing, protocol state ``open_state``, ``conn_id`` not in ``behind``, ``fd >= 0``, transport
+buffer empty and not closing) runs in C, then one send per eligible socket, then
+``frames_sent``/``bytes_sent`` are counted on every connection written or handed off (a partial
+or EAGAIN: its rest goes to the transport), so only the exceptions reach Python:
+``(i, 0, NOT_ELIGIBLE)`` (the ordered Python path), else as ``send_many``, indexed by connection.
+``group_via(send_many)`` is its pure-Python twin over any ``send_many``.
+
 ``python_send_many`` is the fallback with the same API and results (a socket object wrapped
 around each fd for one ``sendmsg``); ``NATIVE`` says whether the extension was built, and
 ``choose(native)`` is how the server's configuration switches the native writer off (``native``
@@ -29,10 +38,12 @@ gives the writer the extension or None, ``describe`` says which for the start-up
 
 from __future__ import annotations
 
+import errno
 import operator
 import socket
 import sys
 from collections.abc import Callable, Iterable, Sequence, Sized
+from collections.abc import Set as AbstractSet
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 if TYPE_CHECKING:
@@ -42,11 +53,14 @@ __all__ = [
     "MAX_CHUNKS",
     "NATIVE",
     "NATIVE_ERROR",
+    "NOT_ELIGIBLE",
     "Payload",
+    "SendGroup",
     "SendMany",
     "Shortfall",
     "choose",
     "describe",
+    "group_via",
     "native",
     "python_send_many",
     "remainder",
@@ -57,6 +71,11 @@ Payload: TypeAlias = "ReadableBuffer | Sequence[ReadableBuffer]"
 # (index into fds, bytes sent, errno): (i, n, 0) partial, (i, 0, EAGAIN) would block, (i, 0, e).
 Shortfall: TypeAlias = tuple[int, int, int]
 SendMany: TypeAlias = "Callable[[Payload, Iterable[int]], list[Shortfall] | None]"
+# (payload, connections, the ids behind, State.OPEN) -> None | shortfalls by connection index
+SendGroup: TypeAlias = (
+    "Callable[[bytes, Sequence[Any], AbstractSet[int], object], list[Shortfall] | None]"
+)
+NOT_ELIGIBLE = -1  # a send_group shortfall's errno: not sent, the ordered Python path takes it
 
 # Linux's UIO_MAXIOV: a longer iovec is EMSGSIZE from the kernel, so both refuse it up front.
 MAX_CHUNKS = 1024
@@ -66,9 +85,11 @@ _INT_MAX = 2**31 - 1
 _FLAGS = socket.MSG_DONTWAIT | getattr(socket, "MSG_NOSIGNAL", 0)
 # SOCK_NONBLOCK gives the wrapper a zero timeout without touching the fd's own flags: no poll
 # before the send, and no change to a socket asyncio owns (a default timeout would clear it).
+_WOULD_BLOCK = frozenset({errno.EAGAIN, errno.EWOULDBLOCK})
 _KIND = socket.SOCK_STREAM | getattr(socket, "SOCK_NONBLOCK", 0)
 
 _native_send_many: SendMany | None
+_native_send_group: SendGroup | None = None
 try:
     from monotape.platform.server import _sendmany
 except ImportError as exc:  # no compiler at install time: the fallback runs
@@ -76,8 +97,10 @@ except ImportError as exc:  # no compiler at install time: the fallback runs
     NATIVE_ERROR: str | None = str(exc)
 else:
     _native_send_many = _sendmany.send_many
+    _native_send_group = _sendmany.send_group
     NATIVE_ERROR = None
     assert _sendmany.MAX_CHUNKS == MAX_CHUNKS, "the C and Python limits must agree"
+    assert _sendmany.NOT_ELIGIBLE == NOT_ELIGIBLE, "the C and Python markers must agree"
 
 NATIVE: bool = _native_send_many is not None
 
@@ -167,6 +190,49 @@ def remainder(payload: Payload, sent: int) -> list[memoryview]:
         rest.append(flat[sent:])
         sent = 0
     return rest
+
+
+def group_via(send_many: SendMany) -> SendGroup:
+    """``send_group`` for ``send_many``: the extension's own for the extension's ``send_many``,
+    else its pure-Python twin over ``send_many`` (the fallback, or a test's modelled sockets)."""
+    if send_many is _native_send_many and _native_send_group is not None:
+        return _native_send_group
+
+    def send_group(
+        payload: bytes, conns: Sequence[Any], behind: AbstractSet[int], open_state: object
+    ) -> list[Shortfall] | None:
+        out: list[Shortfall] = []
+        fds: list[int] = []
+        which: list[int] = []
+        for i, conn in enumerate(conns):
+            transport = conn.transport
+            if (
+                conn.closing is not False
+                or conn.protocol.state is not open_state
+                or conn.conn_id in behind
+                or conn.fd < 0
+                or transport.get_write_buffer_size()
+                or transport.is_closing()
+            ):
+                out.append((i, 0, NOT_ELIGIBLE))
+                continue
+            fds.append(conn.fd)
+            which.append(i)
+        if not fds or not payload:
+            return out or None
+        short = {k: (sent, err) for k, sent, err in send_many(payload, fds) or ()}
+        size = len(payload)
+        for k, i in enumerate(which):
+            got = short.get(k)
+            if got is not None:
+                out.append((i, *got))
+                if got[1] and got[1] not in _WOULD_BLOCK:
+                    continue  # refused: counts nothing
+            conns[i].frames_sent += 1
+            conns[i].bytes_sent += size
+        return out or None
+
+    return send_group
 
 
 def choose(native: bool) -> SendMany:

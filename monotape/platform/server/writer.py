@@ -14,14 +14,18 @@ The same for the order-ticket path (``publish_priority``), heartbeats and the an
 requests (``answer``: never dropped with the data).
 
 The native writer (``server.native_writer``, issue 13): the per-terminal Python work around
-``transport.write`` is what a delivered frame costs once payloads are shared, so terminals that
-are open, not behind and whose transport holds nothing are gathered per payload group and written
-by one ``send_many`` call (server/sendmany.py: a C loop, one non-blocking send per socket, GIL
-released). A socket that takes less than the whole payload hands the exact remainder to its
+``transport.write`` is what a delivered frame costs once payloads are shared, so each payload
+group goes to one ``send_group`` call (server/sendmany.py: in C, per terminal the test that it is
+open, not behind and its transport holds nothing, then one non-blocking send per socket with the
+GIL released, then its counters); only the terminals that are not eligible or fell short come
+back to Python. A socket that takes less than the whole payload hands the exact remainder to its
 transport (then the ring), and stays on that path until its transport has drained; a socket the
 kernel refuses is torn down with a named reason. Off (or not built), the transport path runs
 alone, as before. The loop, and why the fd may be written behind the transport's back:
 server/sendloop.py.
+
+Size: past ~400 lines because every delivery path (frame plan, order ticket from ticks or from
+the frame ring's pre-encoded records, heartbeat, answer, gap) shares one failure discipline here.
 """
 
 from __future__ import annotations
@@ -29,7 +33,8 @@ from __future__ import annotations
 import enum
 import functools
 import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from typing import Final
 
 import numpy as np
@@ -47,7 +52,7 @@ from monotape.platform.core.planner import (
     plan_frame,
     written_iids,
 )
-from monotape.platform.core.snapshots import FailureSink, SnapshotCache
+from monotape.platform.core.snapshots import FailureSink, Snapshots
 from monotape.platform.model import Tick
 from monotape.platform.server import sendmany
 from monotape.platform.server.connection import Connection, WriteFailed
@@ -76,7 +81,7 @@ class Writer:
         cfg: ServerConfig,
         clock: Clock,
         terminals: Terminals,
-        snapshots: SnapshotCache,
+        snapshots: Snapshots,
         priority: Callable[[np.ndarray], None] | None = None,
     ) -> None:
         self.cfg = cfg
@@ -85,7 +90,14 @@ class Writer:
         self.snapshots = snapshots
         self.failures: FailureSink | None = None  # the node's: a symbol that cannot encode
         self.last_frame_no = 0
-        self.write_latencies_ns: list[int] = []  # the last frame's direct writes
+        # The last frame's writes: its direct writes first (``direct_writes`` of them), then the
+        # frames that had waited in a slow terminal's ring and went out in ``flush_behind``,
+        # each timed from its own publish: every value is a ``write`` (core/stamps.py).
+        self.write_latencies_ns: list[int] = []
+        self.direct_writes = 0
+        # the publish time of the frame being written (0 between frames): a frame that has to
+        # wait in a terminal's ring keeps it there, so its late write is timed from it
+        self.publishing_ns = 0
         # the instruments whose record was in a payload of the last frame handed to the kernel
         # for at least one terminal: the ticks that get a tick_to_write value (stamps.py)
         self.written_iids: np.ndarray = NO_IIDS
@@ -133,6 +145,7 @@ class Writer:
         terminals.stats.payloads_last = len(plan.payloads)
         now_ns = self.clock.now_ns
         published = now_ns()
+        self.publishing_ns = published
         latencies = self.write_latencies_ns
         latencies.clear()
         failed: Failed = []  # sockets that refused bytes: torn down after the loop
@@ -140,16 +153,19 @@ class Writer:
         sendloop = self.sendloop
         try:
             if sendloop is not None:
-
-                def stamp(count: int) -> None:  # ``count`` terminals written now
-                    latencies.extend(itertools.repeat(now_ns() - published, count))
-
+                # One send_group call per payload (server/sendloop.py); its terminals share
+                # one write latency, taken when the call returns.
+                send_frame = sendloop.send_frame
                 for wire, conn_ids, sig in plan.payloads:
-                    if sendloop.send(wire, conn_ids, failed, stamp):
+                    count = send_frame(wire, conn_ids, sig, failed)
+                    if count:
+                        latencies.extend(itertools.repeat(now_ns() - published, count))
                         written_sigs.append(sig)
+                sendloop.end_frame()
             else:
                 self._write_plan(plan.payloads, failed, written_sigs, published)
         finally:  # whatever raised mid-loop, no failed terminal stays registered
+            self.publishing_ns = 0
             self._teardown_failed(failed)
         self.written_iids = written_iids(plan, written_sigs, index)
         terminals.stats.frame_writes += len(latencies)
@@ -158,7 +174,7 @@ class Writer:
 
     def _write_plan(
         self,
-        payloads: list[tuple[bytes, set[int], int]],
+        payloads: list[tuple[bytes, AbstractSet[int], int]],
         failed: Failed,
         written_sigs: list[int],
         published: int,
@@ -206,12 +222,25 @@ class Writer:
                 written_sigs.append(sig)
 
     def flush_behind(self) -> None:
-        """Give terminals with queued frames (or a gap) their chance to catch up."""
+        """Give terminals with queued frames (or a gap) their chance to catch up.
+
+        Each queued frame handed to the kernel here adds its ``write`` value (now minus its own
+        publish) to ``write_latencies_ns``, after the frame's ``direct_writes``: a slow terminal
+        shows in the write histogram with the latencies it really had. A frame its ring dropped
+        was never written: a gap (counted as drops), not a value."""
         terminals = self.terminals
         behind = terminals.behind
+        latencies = self.write_latencies_ns
+        self.direct_writes = len(latencies)
         if not behind:
             return
-        now = self.clock.now_ns()
+        now_ns = self.clock.now_ns
+        record = latencies.append
+
+        def written(published_ns: int) -> None:  # one frame out of a ring, now
+            record(now_ns() - published_ns)
+
+        now = now_ns()
         kick_after = int(self.cfg.slow_consumer_kick_s * 1e9)
         for cid in tuple(behind):
             conn = terminals.connections.get(cid)
@@ -219,7 +248,7 @@ class Writer:
                 behind.discard(cid)
                 continue
             try:
-                if conn.flush(functools.partial(self._gap_snapshot, cid)):
+                if conn.flush(functools.partial(self._gap_snapshot, cid), written):
                     terminals.stats.gap_snapshots += 1
             except WriteFailed:
                 terminals.teardown(cid, Disconnect.WRITE_ERROR)
@@ -332,6 +361,60 @@ class Writer:
         finally:  # whatever raised mid-loop, no failed terminal stays registered
             self._teardown_failed(failed)
 
+    # -- a writer process fed by the frame ring (host/ring_feed.py) ----------------------------
+    def publish_priority_chunks(self, records: Mapping[int, bytes], admitted_ns: int) -> int:
+        """The order-ticket path from records the sequencer encoded once (iid -> full record,
+        a ring PRIORITY entry): each to the terminals of this process that marked it, framed
+        once for all of them. ``admitted_ns`` is the batch's admit time: one ``priority`` value
+        per write handed to the kernel now, as ``publish_priority``. Returns the writes made."""
+        terminals = self.terminals
+        index = terminals.index
+        connections = terminals.connections
+        failed: Failed = []
+        sent = 0
+        stamp = functools.partial(self._priority_written, admitted_ns)
+        try:
+            for iid, record in records.items():
+                if not index.has_priority(iid):
+                    continue
+                targets = index.priority_connections(iid)  # a copy
+                if failed:
+                    targets.difference_update(cid for cid, _ in failed)
+                wire = codec.ws_binary_frame(codec.encode_priority(record))
+                if self.sendloop is not None:
+                    self.sendloop.send(wire, targets, failed, stamp)
+                    sent += sum(1 for c in targets if c in connections)
+                    continue
+                for cid in targets:
+                    conn = connections.get(cid)
+                    if conn is None:
+                        continue
+                    if self._deliver(conn, wire, failed) is Delivery.WRITTEN:
+                        stamp(1)
+                    sent += 1
+        finally:  # whatever raised mid-loop, no failed terminal stays registered
+            self._teardown_failed(failed)
+        terminals.stats.priority_sent += sent
+        return sent
+
+    def gap_all(self) -> int:
+        """Put every terminal into a gap: what it holds is dropped and the next thing it gets is
+        a snapshot of its subscriptions from ``snapshots`` (a writer process that was lapped by
+        the frame ring, or whose sequencer restarted, cannot know which deltas it missed).
+        Sent at once where the socket has room (``flush_behind``); returns how many terminals."""
+        terminals = self.terminals
+        holds = terminals.index.subscriptions
+        n = 0
+        for cid, conn in terminals.connections.items():
+            if conn.closing or not holds(cid):  # nothing held: nothing to correct
+                continue
+            conn.outbox.clear()  # deltas against versions the snapshot supersedes
+            conn.outbox.gap = True
+            terminals.behind.add(cid)
+            n += 1
+        self.flush_behind()
+        return n
+
     # -- one connection ------------------------------------------------------------------------
     def answer(self, conn: Connection, wire: bytes) -> None:
         """Hello, acks and errors: in order among themselves, never dropped with the data."""
@@ -357,7 +440,7 @@ class Writer:
             # down and names the reason; a write now would only mislabel it as a write error.
             return Delivery.REFUSED
         try:
-            written = conn.deliver(wire)
+            written = conn.deliver(wire, self.publishing_ns)
         except WriteFailed:
             conn.closing = True  # nothing more for it until the loop's teardowns run
             failed.append((conn.conn_id, Disconnect.WRITE_ERROR))

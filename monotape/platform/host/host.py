@@ -1,0 +1,375 @@
+"""The host process of ``monotape run --writers N``: starts every role, restarts the ones that
+crash, serves one admin API for all of them, and stops them in order.
+
+Start (docs/processes.md): sweep what dead hosts left (ring segments in /dev/shm, run dirs), make
+this run's dir (0700), reserve the WebSocket port (a bound, not listening SO_REUSEPORT socket:
+``--ws-port 0`` becomes one port every writer binds, and nothing else can take it while a writer
+restarts), write ``config.json``, create the frame ring and the priority-interest segments, then
+start the roles stage by stage (``supervisor.START_ORDER``): each as
+``python -m monotape.platform.host ROLE SPEC_JSON`` in its own session (a Ctrl-C at the terminal
+reaches the host only, which stops the roles in order), with ``PR_SET_PDEATHSIG`` set before exec
+so a role dies with the host even if the host is killed with SIGKILL (the role checks too).
+
+Stop: SIGTERM to each stage in reverse start order, waiting for it until ``host.stop_timeout_s``
+less what the stages after it are owed (``ROLE_STOP_S`` each), then SIGKILL what is left of it;
+one log line per stage. ``hurry()`` (a second Ctrl-C) SIGKILLs every
+role at once. Then the segments are unlinked and the run dir removed.
+
+The decisions (what to start, backoff, reasons, order) are the process table's
+(supervisor.py); this module only moves processes, files and signals.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import random
+import shutil
+import signal
+import socket
+import tempfile
+import time
+from pathlib import Path
+
+from msgspec.structs import replace
+
+from monotape.config import Config
+from monotape.log import log_event
+from monotape.platform.auth import TokenVerifier, build_verifier
+from monotape.platform.host.admin import Observer, build_host_admin_app
+from monotape.platform.host.aggregate import read_port
+from monotape.platform.host.interest import PriorityInterest
+from monotape.platform.host.processes import (
+    RUN_PREFIX,
+    Command,
+    lifeline,
+    plan_roles,
+    reserve_port,
+    role_command,
+    sweep_run_dirs,
+)
+from monotape.platform.host.spec import RoleSpec, write_config
+from monotape.platform.host.supervisor import Backoff, ProcessTable
+from monotape.platform.host.telemetry import port_file
+from monotape.platform.node.admin_server import AdminServer
+from monotape.platform.node.endpoints import (
+    Endpoints,
+    ListenError,
+    endpoints_for,
+    remove_endpoints,
+    write_endpoints,
+)
+from monotape.platform.node.sources import universe_of
+from monotape.platform.ring import RingConfig, ShmRing, sweep_leftovers
+from monotape.platform.ring.segment import SHM_DIR, segment_name
+
+__all__ = ["Host"]
+
+HOST = "host"
+_TICK_S = 0.1  # how often the supervise loop looks for due starts and new port files
+ROLE_STOP_S = 2.0  # a role stops within this of SIGTERM (the roles' contract)
+
+
+class Host:
+    def __init__(
+        self,
+        cfg: Config,
+        *,
+        specs: list[RoleSpec] | None = None,
+        command: Command = role_command,
+    ) -> None:
+        if cfg.host.writers < 1 and specs is None:
+            raise ValueError("the host runs writer processes: host.writers must be >= 1")
+        self.cfg = cfg
+        self.pid = os.getpid()
+        self.command = command
+        self.specs = {s.name: s for s in (specs if specs is not None else plan_roles(cfg))}
+        self.table = ProcessTable(
+            [(s.name, s.role) for s in self.specs.values()],
+            Backoff(cap_s=cfg.host.restart_cap_s),
+            random.random,
+            start_wait_ns=int(cfg.host.start_timeout_s * 1e9),
+        )
+        base = Path(cfg.host.run_base or tempfile.gettempdir())
+        self.run_base = base
+        self.run_dir = base / f"{RUN_PREFIX}{self.pid}"
+        self.data_dir = Path(cfg.data_dir)
+        self.observer = Observer(self.table, self.run_dir, cfg.host.scrape_timeout_s)
+        self.verifier: TokenVerifier | None = None
+        self.ring: ShmRing | None = None
+        self.interest: PriorityInterest | None = None
+        self.ws_port = 0
+        self.admin_port = 0
+        self.endpoints: Endpoints | None = None
+        self._port_lock: socket.socket | None = None
+        self._admin: AdminServer | None = None
+        self._procs: dict[str, asyncio.subprocess.Process] = {}
+        self._watchers: set[asyncio.Task[None]] = set()
+        self._changed = asyncio.Event()
+        self._stop = asyncio.Event()
+        self._hurry = asyncio.Event()
+        self._loop_task: asyncio.Task[None] | None = None
+        self._preexec = lifeline(self.pid)
+
+    # -- start ---------------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Everything up to the roles' first start; ``wait_ready`` waits for them. A start that
+        fails (a port in use, a bad key file) leaves nothing behind."""
+        try:
+            await self._start()
+        except BaseException:
+            await self._release()
+            raise
+
+    async def _start(self) -> None:
+        srv = self.cfg.server
+        swept = sweep_leftovers(SHM_DIR) + sweep_run_dirs(self.run_base)
+        if swept:
+            log_event("swept_leftovers", process=HOST, removed=swept)
+        if self.run_dir.exists():  # a dead process with our pid left it (pid reuse)
+            shutil.rmtree(self.run_dir)
+        self.run_dir.mkdir(mode=0o700)
+        self.data_dir.mkdir(parents=True, exist_ok=True)  # epochs, keys, hdr: every role's
+        try:
+            self._port_lock = reserve_port(srv.host, srv.ws_port)
+        except OSError as exc:
+            raise ListenError("terminals", "--ws-port", srv.host, srv.ws_port, exc) from exc
+        self.ws_port = int(self._port_lock.getsockname()[1])
+        if self.cfg.auth.enabled:
+            # Here, once: the dev key pair is made before any writer could race to make it.
+            self.verifier = build_verifier(self.cfg.auth, self.cfg.data_dir)
+        # The roles read this, never the environment: --ws-port 0 arrives as the reserved port.
+        write_config(replace(self.cfg, server=replace(srv, ws_port=self.ws_port)), self.run_dir)
+        ring_config = RingConfig(total_bytes=self.cfg.host.ring_mib * 1024 * 1024)
+        self.ring = ShmRing.create(ring_config, node_pid=self.pid, tag="ring")
+        writers = max(1, sum(1 for s in self.specs.values() if s.role == "writer"))
+        self.interest = PriorityInterest.create(segment_name(self.pid, "interest"), writers)
+        app = build_host_admin_app(
+            self.observer, self.verifier, self.about, self.data_dir / "hdr", universe_of(self.cfg)
+        )
+        self._admin = AdminServer(app)
+        try:
+            self.admin_port = await self._admin.start(srv.host, srv.admin_port)
+        except OSError as exc:
+            raise ListenError(
+                "the admin API", "--admin-port", srv.host, srv.admin_port, exc
+            ) from exc
+        log_event(
+            "host_starting",
+            process=HOST,
+            run_dir=str(self.run_dir),
+            ring=self.ring.name,
+            processes=list(self.specs),
+        )
+        self._loop_task = asyncio.create_task(self._supervise(), name="host.supervise")
+
+    async def wait_ready(self, timeout_s: float) -> bool:
+        """Until every role runs and published its metrics port (False at the timeout or a
+        stop). Then the endpoints go to the data dir for the client commands, ready or not:
+        the host runs, and /healthz says what is missing."""
+        deadline = time.monotonic() + timeout_s
+        ready = True
+        while not self.table.all_ready():
+            if self._stop.is_set():
+                return False
+            if time.monotonic() > deadline:
+                ready = False
+                break
+            await asyncio.sleep(_TICK_S)
+        started_ms = time.time_ns() // 1_000_000
+        srv = self.cfg.server
+        self.endpoints = endpoints_for(
+            srv.host, self.ws_port, self.admin_port, self.data_dir, started_ms
+        )
+        try:
+            write_endpoints(self.data_dir, self.endpoints)
+        except OSError as exc:
+            log_event("endpoints_not_written", level="warning", process=HOST, error=repr(exc))
+        log_event(
+            "listening",
+            process=HOST,
+            ws=self.endpoints.ws,
+            admin=self.endpoints.admin,
+            processes=len(self.specs),
+            ready=ready,
+        )
+        return ready
+
+    def about(self) -> dict[str, object]:
+        return {
+            "pid": self.pid,
+            "ws_port": self.ws_port,
+            "admin_port": self.admin_port,
+            "writers": sum(1 for s in self.specs.values() if s.role == "writer"),
+            "run_dir": str(self.run_dir),
+            "ring": self.ring.name if self.ring else None,
+            "interest": self.interest.name if self.interest else None,
+            "stopping": self.table.stopping,
+        }
+
+    # -- supervision ---------------------------------------------------------------------------
+    async def _supervise(self) -> None:
+        while not self._stop.is_set():
+            try:
+                for name in self.table.due(time.monotonic_ns()):
+                    if self._stop.is_set():
+                        break
+                    await self._spawn(name)
+                for s in self.table.running():
+                    if not s.ready and read_port(self.run_dir, s.name) is not None:
+                        self.table.mark_ready(s.name)
+                        log_event("role_ready", process=HOST, role=s.name, pid=s.pid)
+            except Exception as exc:  # the loop that restarts roles must not die of one
+                log_event("supervise_failed", level="error", process=HOST, error=repr(exc))
+            self._changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), _TICK_S)
+
+    def _spec(self, name: str) -> RoleSpec:
+        return replace(
+            self.specs[name],
+            run_dir=str(self.run_dir),
+            ring=self.ring.name if self.ring else "",
+            interest=self.interest.name if self.interest else "",
+            host_pid=self.pid,
+            restarts=self.table.slots[name].starts,
+        )
+
+    async def _spawn(self, name: str) -> None:
+        spec = self._spec(name)
+        port_file(self.run_dir, name).unlink(missing_ok=True)  # ready means: written by this run
+        now = time.monotonic_ns()
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *self.command(spec),
+                stdin=asyncio.subprocess.DEVNULL,
+                start_new_session=True,  # Ctrl-C at the terminal is the host's to handle
+                preexec_fn=self._preexec,
+            )
+        except OSError as exc:
+            self.table.started(name, 0, now, time.time_ns() // 1_000_000)
+            ex = self.table.exited(name, 127, now)
+            log_event("role_spawn_failed", level="error", process=HOST, role=name,
+                      error=repr(exc), restart_in_s=ex.restart_in_s)  # fmt: skip
+            return
+        slot = self.table.started(name, proc.pid, now, time.time_ns() // 1_000_000)
+        self._procs[name] = proc
+        log_event("role_started", process=HOST, role=name, pid=proc.pid, restarts=slot.restarts)
+        task = asyncio.create_task(self._watch(name, proc), name=f"host.watch.{name}")
+        self._watchers.add(task)
+        task.add_done_callback(self._watchers.discard)
+
+    async def _watch(self, name: str, proc: asyncio.subprocess.Process) -> None:
+        code = await proc.wait()
+        ex = self.table.exited(name, code, time.monotonic_ns())
+        if self._procs.get(name) is proc:
+            del self._procs[name]
+        port_file(self.run_dir, name).unlink(missing_ok=True)
+        spec = self.specs[name]
+        if (
+            spec.role == "writer"
+            and self.interest is not None
+            and spec.index < self.interest.writers
+        ):
+            # its terminals are gone: their order tickets no longer ask for priority updates
+            self.interest.clear_row(spec.index)
+        if ex.restart_in_s is None:
+            log_event("role_exited", process=HOST, role=name, pid=proc.pid, reason=ex.reason)
+        else:
+            # Every crash is a line: a role in a crash loop is loud, at most once per cap_s.
+            log_event(
+                "role_restarting",
+                level="error",
+                process=HOST,
+                role=name,
+                pid=proc.pid,
+                reason=ex.reason,
+                uptime_s=round(ex.uptime_s, 3),
+                restart_in_s=round(ex.restart_in_s, 3),
+                crashes_in_a_row=ex.failures,
+            )
+        self._changed.set()
+
+    # -- stop ----------------------------------------------------------------------------------
+    async def wait(self) -> None:
+        await self._stop.wait()
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    def hurry(self) -> None:
+        """A second Ctrl-C: every role still running gets SIGKILL now."""
+        self._hurry.set()
+        self._stop.set()
+        self.table.stopping = True  # these exits are the stop's, not crashes to restart
+        for proc in list(self._procs.values()):
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+
+    def _signal(self, name: str, sig: signal.Signals) -> None:
+        proc = self._procs.get(name)
+        if proc is not None and proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(sig)
+
+    async def _wait_exited(self, names: list[str], deadline: float) -> list[str]:
+        """Until every one of ``names`` exited, the deadline (monotonic s) or a hurry; the
+        names still running."""
+        while True:
+            left = [n for n in names if n in self._procs]
+            if not left or self._hurry.is_set() or time.monotonic() >= deadline:
+                return left
+            await asyncio.sleep(0.02)
+
+    async def stop(self) -> None:
+        self._stop.set()
+        self._changed.set()
+        if self._loop_task is not None:
+            await self._loop_task  # first: no start can slip in after the stages are known
+        stages = self.table.stop()
+        t0 = time.monotonic()
+        deadline = t0 + self.cfg.host.stop_timeout_s
+        reserve = min(ROLE_STOP_S, self.cfg.host.stop_timeout_s / max(1, len(stages)))
+        if self.endpoints is not None:
+            remove_endpoints(self.data_dir, self.endpoints.pid)  # no client dials a leaving host
+        for i, (role, names) in enumerate(stages):
+            started = time.monotonic()
+            for name in names:
+                self.table.stopping_now(name)
+                self._signal(name, signal.SIGKILL if self._hurry.is_set() else signal.SIGTERM)
+            # A stage may use the whole deadline but what the stages after it are owed (a role
+            # stops within ROLE_STOP_S): one that overstays never takes the sequencer's time.
+            later = len(stages) - 1 - i
+            left = await self._wait_exited(names, deadline - reserve * later)
+            for name in left:
+                self._signal(name, signal.SIGKILL)
+            if left:
+                await self._wait_exited(left, time.monotonic() + 5.0)
+            log_event(
+                "stage_stopped",
+                process=HOST,
+                stage=role,
+                processes=names,
+                killed=left,
+                seconds=round(time.monotonic() - started, 3),
+            )
+        for task in list(self._watchers):
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await self._release()
+        log_event("host_stopped", process=HOST, seconds=round(time.monotonic() - t0, 3))
+
+    async def _release(self) -> None:
+        if self._admin is not None:
+            await self._admin.stop()
+        if self.ring is not None:
+            self.ring.close(unlink=True)
+        if self.interest is not None:
+            self.interest.close()
+            self.interest.unlink()
+        if self._port_lock is not None:
+            self._port_lock.close()
+        if self.verifier is not None:
+            self.verifier.close()
+        shutil.rmtree(self.run_dir, ignore_errors=True)

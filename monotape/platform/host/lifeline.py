@@ -1,0 +1,107 @@
+"""What ties a role process to its host: it dies with the host and stops cleanly when told.
+
+- ``die_with_host()``: ``prctl(PR_SET_PDEATHSIG, SIGTERM)`` through ctypes where the platform
+  has it (Linux): the kernel signals the role the moment its parent dies, kill -9 included.
+  The death signal follows the parent *thread*, and a parent that died before the call is
+  missed, so ``watch_host`` backs it up by polling ``os.getppid()`` once a second: a role whose
+  parent is no longer ``host_pid`` stops by itself (issue 12: no orphans).
+- ``prctl_function()``: libc's ``prctl`` resolved once, shared with the host's fork-to-exec
+  hook (processes.lifeline), which must resolve it before the fork.
+- ``stop_on_signals``: SIGTERM and SIGINT set one event the role's ``main`` waits on; the role
+  then stops within its deadline and logs one ``role_stopped`` line.
+
+A role's ``main`` is ``run_role(spec, name, serve)``, one way for every role: the death signal
+armed first, the process name on every log line, the host's config, a role whose host already
+died leaves at once, and ``asyncio.run(serve(cfg))``: a coroutine that starts its loops, awaits
+the stop event (set by a signal or by ``watch_host``), and tears its pieces down in order. A
+failure escaping it is one ``role_failed`` line and exit 1 (the host restarts it with backoff
+and counts the exit).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import ctypes.util
+import os
+import signal
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from monotape.config import Config
+from monotape.log import configure, log_event, set_process
+from monotape.platform.host.spec import RoleSpec, load_config
+
+__all__ = [
+    "HOST_CHECK_S",
+    "PR_SET_PDEATHSIG",
+    "die_with_host",
+    "host_gone",
+    "prctl_function",
+    "run_role",
+    "stop_on_signals",
+    "watch_host",
+]
+
+HOST_CHECK_S = 1.0  # how often a role checks its parent is still the host
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def prctl_function() -> Callable[..., int] | None:
+    """libc's ``prctl``, or None where there is none (not Linux, no libc found)."""
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return None
+    try:
+        prctl: Callable[..., int] = ctypes.CDLL(name, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    return prctl
+
+
+def die_with_host(sig: int = signal.SIGTERM) -> bool:
+    """Ask the kernel for ``sig`` when the parent dies; False where prctl is not available."""
+    prctl = prctl_function()
+    return prctl is not None and int(prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)) == 0
+
+
+def host_gone(host_pid: int) -> bool:
+    """The role's parent is no longer the host (re-parented: the host died). A role started
+    without a host (``host_pid`` 0: a test, a shell) is never orphaned."""
+    return host_pid > 0 and os.getppid() != host_pid
+
+
+async def watch_host(host_pid: int, stop: asyncio.Event, every_s: float = HOST_CHECK_S) -> None:
+    """Set ``stop`` once the host is gone (checked every ``every_s``)."""
+    while not stop.is_set():
+        if host_gone(host_pid):
+            stop.set()
+            return
+        await asyncio.sleep(every_s)
+
+
+def stop_on_signals(stop: asyncio.Event) -> None:
+    """SIGTERM and SIGINT set ``stop`` (on the running loop); a second one changes nothing: the
+    role is already stopping within its deadline, and the host SIGKILLs it past that."""
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+
+
+def run_role(spec: RoleSpec, name: str, serve: Callable[[Config], Coroutine[Any, Any, int]]) -> int:
+    """A role process from start to exit code; ``name``: its process name when the spec has
+    none (a role started by hand or by a test)."""
+    die_with_host()
+    set_process(spec.name or name)
+    cfg = load_config(spec)
+    configure(cfg.log_level)
+    if host_gone(spec.host_pid):
+        log_event("host_gone", level="warning", host_pid=spec.host_pid)
+        return 1  # the host died before the parent-death signal was armed
+    try:
+        return asyncio.run(serve(cfg))
+    except Exception as exc:
+        log_event("role_failed", level="error", role=spec.role, error=repr(exc))
+        return 1

@@ -1,0 +1,291 @@
+"""The sequencer role: lanes, conflation, encode once, the frame ring's producer (issue 12).
+
+``python -m monotape.platform.host sequencer SPEC_JSON`` runs ``main(spec)``: the one process of
+a host that admits ticks and publishes frames. Ticks arrive on the host's IPC bus (``bus/ipc.py``,
+``run_dir/bus.sock``: this end binds it) or on NATS when ``cfg.bus == "nats"`` (as the one-process
+node subscribes); every batch is admitted by the lanes (``Sequencer.on_ticks``) and the applied
+ticks of symbols some writer's terminal holds in an order ticket go out at once as a PRIORITY
+entry. On the 40 ms grid of the monotonic clock (the same loop as the one-process node's
+``Pipeline.frame_loop``) the frame is taken, encoded once and published on the ring
+(``publisher.FramePublisher``); the writer processes read it from there.
+
+The host creates the ring and the interest segments and owns their unlink; this role attaches
+(``ShmRing.reopen``: the ring's generation moves, so every writer snapshots its terminals) and,
+on every start, seeds its admit state from the ring's snapshot table, so a restarted sequencer
+never publishes a version at or below one terminals were shown (``publisher.seed``).
+
+Telemetry: its own registry (sequencer counts, refused ticks and contained failures, the stage
+histograms it records: ``decode`` (stamped per bus batch: ticks carry ``decoded_ns`` on the
+monotonic clock every process of the host shares), ``sequence``, ``conflate``, ``encode``; the
+ring producer's counters, the bus's, GC pauses, loop lag, process), served on loopback for the
+host to scrape (``telemetry.serve_metrics``); interval logs under ``<data-dir>/hdr`` as every
+process writes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import os
+import socket
+from collections.abc import Coroutine, Sequence
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import CollectorRegistry, ProcessCollector
+
+from monotape import metric_names as m
+from monotape.clock import Clock, SystemClock
+from monotape.config import Config
+from monotape.histograms import IntervalLogWriter, Recorders
+from monotape.histograms.gc import GcMonitor
+from monotape.log import log_event
+from monotape.platform.bus.ipc_collector import LinkCollector
+from monotape.platform.bus.nats_bus import NatsTickBus
+from monotape.platform.bus.nats_collector import NatsBusCollector
+from monotape.platform.core.conflation import due_boundary
+from monotape.platform.core.sequencer import Sequencer
+from monotape.platform.core.stamps import StageStamps
+from monotape.platform.feeds.validate import TickGate
+from monotape.platform.host.buses import role_bus
+from monotape.platform.host.interest import PriorityInterest
+from monotape.platform.host.lifeline import run_role, stop_on_signals, watch_host
+from monotape.platform.host.publisher import FramePublisher, seed
+from monotape.platform.host.spec import RoleSpec
+from monotape.platform.host.telemetry import serve_metrics
+from monotape.platform.model import Tick
+from monotape.platform.node.collectors import (
+    GcCollector,
+    IngestCollector,
+    LoopLagCollector,
+    SequencerCollector,
+    StageDurationCollector,
+    StageLatencyCollector,
+)
+from monotape.platform.node.failures import StageFailures
+from monotape.platform.node.rotation import HistogramRotation, sleep_until
+from monotape.platform.node.sources import universe_of
+from monotape.platform.ring.collector import RingProducerCollector
+from monotape.platform.ring.shm import ShmRing
+from monotape.platform.server.looplag import LoopLagMonitor
+
+if TYPE_CHECKING:
+    from prometheus_client.registry import Collector
+
+    from monotape.platform.bus.ipc import IpcTickBus
+
+__all__ = ["SequencerRole", "main"]
+
+STOP_DEADLINE_S = 2.0  # common.md: a role stops within 2 s of SIGTERM
+
+
+class SequencerRole:
+    """The role's pieces, built from the config and the spec; ``run`` drives them."""
+
+    def __init__(self, spec: RoleSpec, cfg: Config, clock: Clock | None = None) -> None:
+        self.spec = spec
+        self.cfg = cfg
+        self.name = spec.name or "sequencer"
+        self.clock: Clock = clock or SystemClock()
+        self.universe = universe_of(cfg)
+        self.gate = TickGate(self.universe, self.clock.now_ns)
+        self.failures = StageFailures(self.clock.now_ns)
+        self.frame_ns = int(cfg.server.frame_ms * 1e6)
+        self.sequencer = Sequencer(cfg.server.lanes, self.frame_ns)
+        self.ring = ShmRing.reopen(spec.ring)
+        self.interest = _attach_interest(spec.interest)
+        self.publisher = FramePublisher(
+            self.ring, self.clock.now_ns, interest=self.interest, failures=self.failures
+        )
+        # Every start seeds from the ring: empty on the host's first start, the dead
+        # sequencer's last published versions (framed, and priority since) after a restart.
+        venue_of = {i.iid: i.venue for i in self.universe}
+        self.seeded = seed(self.sequencer, self.ring, venue_of)
+        self.stamps = StageStamps(Recorders(start_ms=self.clock.wall_ns() // 1_000_000))
+        self.decoded_ticks = 0  # ticks whose decode this process recorded
+        self.framed_ticks = 0
+        self.nats_bus: NatsTickBus | None = None
+        self.ipc_bus: IpcTickBus | None = None
+        bus_collector = self._build_bus()
+        self.hdr_writer = IntervalLogWriter(
+            os.path.join(cfg.data_dir, "hdr"),
+            proc=f"{self.name}-{os.getpid()}",
+            host=socket.gethostname(),
+            max_age_s=cfg.server.hdr_max_age_s,
+            max_bytes=cfg.server.hdr_max_bytes,
+        )
+        self.rotation = HistogramRotation(
+            self.stamps,
+            self.hdr_writer,
+            self.clock,
+            interval_s=cfg.server.hdr_interval_s,
+            before=lambda: None,  # no priority writes here: the writers record them
+        )
+        self.gc_monitor = GcMonitor(clock=self.clock)
+        self.loop_lag = LoopLagMonitor(0.1)
+        self.registry = self._build_registry(bus_collector)
+
+    def _build_bus(self) -> Collector:
+        """The bus this end subscribes to (host/buses.py) and its collector."""
+        bus = role_bus(
+            self.cfg, self.spec.run_dir, self.name, self.universe, self.clock.now_ns, gate=self.gate
+        )
+        bus.subscribe(self.on_ticks)
+        if isinstance(bus, NatsTickBus):
+            self.nats_bus = bus
+            return NatsBusCollector(bus)
+        ipc = self.ipc_bus = bus
+        return LinkCollector(lambda: [ipc.counters])
+
+    def _build_registry(self, bus_collector: Collector) -> CollectorRegistry:
+        reg = CollectorRegistry()
+        reg.register(SequencerCollector(self.sequencer))
+        reg.register(IngestCollector(lambda: self.gate, self.failures))
+        reg.register(StageLatencyCollector(lambda: self.rotation.latest))
+        reg.register(StageDurationCollector(lambda: self.stamps.recorders))
+        reg.register(RingProducerCollector(lambda: self.ring.counters))
+        reg.register(bus_collector)
+        reg.register(GcCollector(self.gc_monitor))
+        reg.register(LoopLagCollector(self.loop_lag, max_name=m.EVENT_LOOP_LAG_MAX))
+        ProcessCollector(registry=reg)
+        return reg
+
+    # -- one step each (tests call them directly) ----------------------------------------------
+    def on_ticks(self, ticks: Sequence[Tick]) -> None:
+        """A bus batch: stamp its decode, admit it, stamp what was applied, publish the wanted
+        ones now. ``decode`` is recorded here, not in the handler processes: a batch is one
+        handler drain, and ``decoded_ns`` (CLOCK_MONOTONIC) means the same in every process of
+        the host, so the venue-to-decode figure is the node's (Pipeline.pump)."""
+        try:
+            self.decoded_ticks += len(ticks)
+            self.stamps.decoded(ticks)
+            now = self.clock.now_ns()
+            applied = self.sequencer.on_ticks(ticks, now)
+            if applied:
+                self.stamps.admitted(applied)
+                self.publisher.publish_priority(applied, now)
+        except Exception as exc:  # one batch; the next one is admitted as usual
+            self.failures.record("sequence", exc, ticks=len(ticks))
+
+    def frame(self, boundary: int) -> None:
+        """One boundary: take the frame, encode it once, put its snapshots, publish it."""
+        _, published = self.publisher.publish_frame(self.sequencer.take_frame(boundary))
+        offset = self.clock.wall_ns() - self.clock.now_ns()
+        self.framed_ticks += self.stamps.framed(boundary, published, offset)
+
+    async def frame_loop(self) -> None:
+        # Pipeline.frame_loop's grid: boundaries on the monotonic clock's 40 ms grid; an overdue
+        # one goes at once (due_boundary says why), never twice, never before its time.
+        last = 0
+        now_ns = self.clock.now_ns
+        while True:
+            boundary = due_boundary(now_ns(), last, self.frame_ns)
+            if boundary > now_ns():
+                await sleep_until(now_ns, boundary)
+                boundary = due_boundary(now_ns(), last, self.frame_ns)
+            else:
+                await asyncio.sleep(0)
+            last = boundary
+            try:
+                self.frame(boundary)
+            except Exception as exc:  # one frame is lost, not the tape: writers see a gap
+                self.failures.record("frame", exc, boundary_ns=boundary)
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    async def run(self) -> int:
+        stop = asyncio.Event()
+        stop_on_signals(stop)
+        self.gc_monitor.install()
+        tasks: list[asyncio.Task[None]] = []
+        try:
+            if self.nats_bus is not None:  # subscribed before the first frame
+                nats = self.cfg.nats
+                servers = [u.strip() for u in nats.servers.split(",") if u.strip()]
+                connect = self.nats_bus.connect(servers, timeout_s=nats.connect_timeout_s)
+                if not await _unless_stopped(connect, stop):
+                    return 0  # stopped while NATS was still out of reach
+            if self.ipc_bus is not None:
+                self.ipc_bus.listen()  # binds run_dir/bus.sock: the handlers connect to it
+            serve_metrics(self.registry, self.spec.run_dir, self.name)
+            if self.cfg.server.gc_freeze:
+                self.gc_monitor.freeze_after_warmup()
+            for coro in (
+                self.frame_loop(),
+                self.rotation.run(),
+                self.loop_lag.run(),
+                watch_host(self.spec.host_pid, stop),
+            ):
+                tasks.append(asyncio.ensure_future(coro))
+            log_event(
+                "role_started",
+                role="sequencer",
+                bus="nats" if self.nats_bus is not None else "ipc",
+                ring=self.ring.name,
+                lanes=self.cfg.server.lanes,
+                restarts=self.spec.restarts,
+                seeded=self.seeded.seeded,
+                undecodable=self.seeded.undecodable,
+                table_puts=self.seeded.table_puts,
+            )
+            await stop.wait()
+        finally:
+            await self._stop(tasks)
+        return 0
+
+    async def _stop(self, tasks: list[asyncio.Task[None]]) -> None:
+        self.loop_lag.stop()
+        for t in tasks:
+            t.cancel()
+        for t in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        with contextlib.suppress(Exception):
+            if self.nats_bus is not None:
+                await asyncio.wait_for(self.nats_bus.close(timeout=0.5), STOP_DEADLINE_S / 2)
+            if self.ipc_bus is not None:
+                self.ipc_bus.close()
+        with contextlib.suppress(Exception):
+            await self.rotation.settle(STOP_DEADLINE_S / 4)
+            self.rotation.rotate_now(final=True)  # every value lands
+        self.hdr_writer.close()
+        self.ring.close(unlink=False)  # the host owns the segment
+        if self.interest is not None:
+            self.interest.close()
+        self.gc_monitor.uninstall()
+        if self.cfg.server.gc_freeze:
+            gc.unfreeze()
+        log_event(
+            "role_stopped",
+            role="sequencer",
+            ticks_decoded=self.decoded_ticks,
+            ticks_admitted=self.sequencer.admitted_total,
+            ticks_framed=self.framed_ticks,
+            frames=self.publisher.frames,
+            priority_entries=self.publisher.priority_entries,
+        )
+
+
+def _attach_interest(name: str) -> PriorityInterest | None:
+    """The host's priority-interest segment, or None (no segment: no priority path)."""
+    return PriorityInterest.attach(name) if name else None
+
+
+async def _unless_stopped(step: Coroutine[Any, Any, None], stop: asyncio.Event) -> bool:
+    """Run ``step`` unless ``stop`` is set first (then cancel it): a SIGTERM during a long
+    connect still stops the role within its deadline. False when stopped; raises what the
+    step raised."""
+    task = asyncio.ensure_future(step)
+    stopped = asyncio.ensure_future(stop.wait())
+    await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    stopped.cancel()
+    if not task.done():
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
+        return False
+    task.result()
+    return True
+
+
+def main(spec: RoleSpec) -> int:
+    return run_role(spec, "sequencer", lambda cfg: SequencerRole(spec, cfg).run())

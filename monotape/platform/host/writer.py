@@ -1,0 +1,344 @@
+"""The writer role: one WebSocket endpoint of the host, fed by the frame ring.
+
+``python -m monotape.platform.host writer SPEC_JSON`` runs ``main(spec)``: N of these share the
+terminals' port (SO_REUSEPORT: the kernel spreads upgrades over them) and each owns its terminals
+from upgrade to teardown (auth, its share of the admission budget, sessions, writes, keepalive,
+drain). It encodes nothing: frames arrive as the sequencer's encoded records (ring reader
+``spec.index``, host/ring_feed.py plans and writes them), and hydration joins the ring's shared
+snapshot table. Its terminals' order-ticket marks go to its row of the priority interest
+(host/interest.py), which the sequencer reads.
+
+Lifecycle (the host's contract): the role exits by itself when the host is gone (the kernel's
+parent-death signal, and a look at the parent pid once a second); SIGTERM or SIGINT drains its
+terminals (staggered closes with reconnect hints: they reconnect to the other writers, since
+this one has stopped listening) and stops within 2 s of the drain's end; a second signal, or a
+host that is gone, skips the drain. Every log line carries ``process=writer-N``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+import msgspec
+from prometheus_client import CollectorRegistry, ProcessCollector
+from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from monotape import metric_names as m
+from monotape.clock import Clock, SystemClock
+from monotape.config import Config, ServerConfig
+from monotape.histograms import IntervalLogWriter, Recorders
+from monotape.histograms.gc import GcMonitor
+from monotape.invariants import InvariantMonitor, NoDanglingEntries, SubscriptionCardinality
+from monotape.log import log_event
+from monotape.platform.auth import TokenVerifier, build_verifier
+from monotape.platform.core.gc_policy import FreezePolicy
+from monotape.platform.core.stamps import StageStamps
+from monotape.platform.host.interest import PriorityInterest
+from monotape.platform.host.lifeline import host_gone, run_role, watch_host
+from monotape.platform.host.ring_feed import RingFeed, RingSnapshots
+from monotape.platform.host.spec import RoleSpec
+from monotape.platform.host.telemetry import serve_metrics
+from monotape.platform.node.collectors import (
+    AuthCollector,
+    FanoutCollector,
+    GcCollector,
+    InvariantCollector,
+    LoopLagCollector,
+    RuntimeCollector,
+    StageDurationCollector,
+    StageLatencyCollector,
+)
+from monotape.platform.node.failures import StageFailures
+from monotape.platform.node.pipeline import GcUpkeep
+from monotape.platform.node.rotation import HistogramRotation
+from monotape.platform.node.sources import universe_of
+from monotape.platform.node.supervisor import LoopFactory, Supervisor
+from monotape.platform.ring import ReaderCounters, RingFollower, RingRead, ShmReader
+from monotape.platform.server.endpoint import FanoutServer
+from monotape.platform.server.looplag import LoopLagMonitor
+
+__all__ = ["STOP_AFTER_DRAIN_S", "RingReaderCollector", "WriterRole", "main", "share_of"]
+
+STOP_AFTER_DRAIN_S = 2.0  # the host's contract: stopped within 2 s of the drain's end
+
+
+def share_of(srv: ServerConfig, writers: int) -> ServerConfig:
+    """This writer's share of the host's admission budget (design: 1,200 upgrades/s sustained,
+    burst 2,500 per host, split across writer processes)."""
+    n = max(1, writers)
+    return msgspec.structs.replace(
+        srv,
+        admission_rate_per_s=srv.admission_rate_per_s / n,
+        admission_burst=max(1, srv.admission_burst // n),
+    )
+
+
+class RingReaderCollector(Collector):
+    """The ring reader's plain-int counters as ``monotape_ring_*_total{writer}``."""
+
+    def __init__(self, counters: ReaderCounters, writer: str) -> None:
+        self._counters = counters
+        self._writer = writer
+
+    def collect(self) -> Iterator[Metric]:
+        c = self._counters
+        for name, doc, value in (
+            (m.RING_LAPS, "Times this writer fell a whole ring behind.", c.laps),
+            (m.RING_MISSED, "Ring entries this writer lost to laps.", c.missed),
+            (m.RING_TORN_READS, "Ring copies overwritten while taken (laps).", c.torn),
+            (m.RING_GAPS, "Oversize gap entries and producer restarts read.", c.gaps),
+            (
+                m.RING_SNAPSHOTS_AHEAD,
+                "Symbols left out of a snapshot: the table only newer than the frames read.",
+                c.snapshot_ahead,
+            ),
+        ):
+            family = CounterMetricFamily(m.counter_base(name), doc, labels=["writer"])
+            family.add_metric([self._writer], value)
+            yield family
+
+
+class WriterRole:
+    """One writer process, built from its spec and the host's config; ``run`` until stopped."""
+
+    def __init__(self, spec: RoleSpec, cfg: Config, clock: Clock | None = None) -> None:
+        self.spec = spec
+        self.cfg = cfg
+        self.clock: Clock = clock or SystemClock()
+        self.name = spec.name or f"writer-{spec.index}"
+        self.reader = ShmReader.attach(spec.ring, spec.index)
+        self.interest = PriorityInterest.attach(spec.interest) if spec.interest else None
+        if self.interest is not None:
+            self.interest.clear_row(spec.index)  # a restarted writer has no terminals yet
+        self.failures = StageFailures(self.clock.now_ns)
+        self.verifier: TokenVerifier | None = (
+            build_verifier(cfg.auth, cfg.data_dir, clock=self.clock) if cfg.auth.enabled else None
+        )
+        self.stamps = StageStamps(Recorders(start_ms=self.clock.wall_ns() // 1_000_000))
+        rec = self.stamps.recorders
+        self.loop_lag = LoopLagMonitor(0.1)
+        srv = share_of(cfg.server, spec.writers)
+        self.server = FanoutServer(
+            srv,
+            universe_of(cfg),
+            None,
+            self.clock,
+            server_id=self.name,  # the hello tells a terminal (and an SRE) which writer
+            verifier=self.verifier,
+            hydrate=rec["hydrate"],
+            glass=rec["glass"] if srv.glass_share > 0 else None,
+            overloaded=self._overloaded if srv.admission_max_lag_ms > 0 else None,
+            priority=self.stamps.prioritized,
+            snapshots=RingSnapshots(self.reader),
+            reuse_port=True,
+            marks=self._marks,
+        )
+        self.server.failures = self.failures
+        self.feed = RingFeed(
+            self.server.writer, self.server.index, self.server.terminals.pacer, rec["write"].add_ns
+        )
+        index = self.server.index
+        self.invariants = InvariantMonitor(
+            [
+                SubscriptionCardinality(index, clock=self.clock),
+                NoDanglingEntries(index, lambda: self.server.connections, clock=self.clock),
+            ],
+            interval_s=srv.invariant_interval_s,
+            clock=self.clock,
+            on_failure=lambda name, exc: self.failures.record("invariants", exc, invariant=name),
+        )
+        self.hdr_writer = IntervalLogWriter(
+            Path(cfg.data_dir) / "hdr",
+            proc=f"{self.name}-{os.getpid()}",
+            host=socket.gethostname(),
+            max_age_s=srv.hdr_max_age_s,
+            max_bytes=srv.hdr_max_bytes,
+        )
+        self.rotation = HistogramRotation(
+            self.stamps,
+            self.hdr_writer,
+            self.clock,
+            interval_s=srv.hdr_interval_s,
+            before=self.server.flush_priority,
+        )
+        self.gc_monitor = GcMonitor(clock=self.clock)
+        self.gc_upkeep = GcUpkeep(
+            FreezePolicy(settle_s=srv.gc_refreeze_settle_s, reclaim_closed=srv.gc_reclaim_closed),
+            self.gc_monitor,
+            self.server,
+            self.clock,
+        )
+        self.registry = CollectorRegistry()
+        for collector in (
+            FanoutCollector(self.server),
+            InvariantCollector(self.invariants),
+            GcCollector(self.gc_monitor, frozen_name=m.GC_FROZEN_OBJECTS),
+            LoopLagCollector(self.loop_lag, max_name=m.EVENT_LOOP_LAG_MAX),
+            StageLatencyCollector(lambda: self.rotation.latest),
+            StageDurationCollector(lambda: self.stamps.recorders),
+            RingReaderCollector(self.reader.counters, str(spec.index)),
+        ):
+            self.registry.register(collector)
+        if self.verifier is not None:
+            self.registry.register(AuthCollector(self.verifier))
+        self.ws_port = 0
+        self.metrics_port = 0
+        self._stop = asyncio.Event()
+        self._hurry = asyncio.Event()
+        self.supervisor = Supervisor(
+            self.failures, self.clock.now_ns, stopped=self._stop.is_set, on_give_up=self._give_up
+        )
+        self.failed = ""
+
+    # -- what the server and the ring tell it ------------------------------------------------
+    def _overloaded(self) -> bool:
+        return self.loop_lag.last_ns > self.cfg.server.admission_max_lag_ms * 1e6
+
+    def _marks(self, iids: Iterable[int]) -> None:
+        """Terminals marked or unmarked these iids: this writer's row says whether any of its
+        terminals still holds each (the index counts them)."""
+        if self.interest is None:
+            return
+        has_priority = self.server.index.has_priority
+        for iid in iids:
+            self.interest.set(self.spec.index, iid, has_priority(iid))
+
+    def _on_read(self, read: RingRead) -> None:
+        try:
+            self.feed.on_read(read)
+        except Exception as exc:  # one entry; the next one is read as usual
+            self.failures.record("ring", exc)
+        self.server.flush_priority()  # the priority writes of this read, into the histogram
+
+    def _give_up(self, reason: str) -> None:
+        self.failed = reason
+        self.request_stop(hurry=True)
+
+    def request_stop(self, *, hurry: bool = False) -> None:
+        """A second request (or ``hurry``) skips the drain."""
+        if hurry or self._stop.is_set():
+            self._hurry.set()
+        self._stop.set()
+
+    def _on_signal(self, sig: signal.Signals) -> None:
+        gone = host_gone(self.spec.host_pid)  # the parent-death signal: no drain
+        log_event("role_signal", signal=sig.name, host_gone=gone)
+        self.request_stop(hurry=gone)
+
+    # -- the loops -----------------------------------------------------------------------------
+    async def heartbeat_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.cfg.server.heartbeat_s)
+            self.server.publish_heartbeat(self.clock.wall_ns() // 1_000_000)
+
+    async def host_watch(self) -> None:
+        """The parent-death signal's net (lifeline.watch_host): the host gone means stop now,
+        without a drain."""
+        await watch_host(self.spec.host_pid, asyncio.Event())  # returns only once it is gone
+        log_event("host_gone", level="warning", host_pid=self.spec.host_pid)
+        self.request_stop(hurry=True)
+
+    def _loops(self) -> list[LoopFactory]:
+        srv = self.cfg.server
+        loops: list[LoopFactory] = [
+            self.loop_lag.run,
+            self.heartbeat_loop,
+            self.host_watch,
+            self.invariants.run_forever,
+            self.rotation.run,
+        ]
+        if srv.glass_share > 0:
+            loops.append(self.server.glass_loop)
+        if srv.keepalive_interval_s > 0:
+            loops.append(self.server.keepalive_loop)
+        if srv.gc_freeze and srv.gc_refreeze:
+            loops.append(self.gc_upkeep.run)
+        return loops
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    async def run(self) -> int:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self._on_signal, sig)
+        self.gc_monitor.install()
+        self.registry.register(RuntimeCollector(loop))
+        ProcessCollector(registry=self.registry)
+        self.ws_port = await self.server.start()
+        follower = RingFollower(self.reader, self._on_read, loop)
+        follower.start()
+        if self.cfg.server.gc_freeze:
+            log_event("gc_frozen", objects=self.gc_monitor.freeze_after_warmup())
+            self.gc_upkeep.policy.start(*self.gc_upkeep.opened_closed())
+        loops = self._loops()
+        self.supervisor.start([f() for f in loops], loops)
+        # The port file last: the host reads it as "this writer is up".
+        self.metrics_port = serve_metrics(self.registry, self.spec.run_dir, self.name)
+        log_event(
+            "listening",
+            ws=f"ws://{self.cfg.server.host}:{self.ws_port}/",
+            metrics_port=self.metrics_port,
+            ring=self.spec.ring,
+            reader=self.spec.index,
+            restarts=self.spec.restarts,
+        )
+        await self._stop.wait()
+        await self._drain()
+        follower.stop()
+        await self._shut()
+        return 1 if self.failed else 0
+
+    async def _drain(self) -> None:
+        """Staggered closes with reconnect hints while frames keep flowing; new terminals go to
+        the other writers (this one stopped listening)."""
+        srv = self.cfg.server
+        server = self.server
+        server.stop_listening()
+        if not (srv.drain_on_stop and server.connections) or self._hurry.is_set():
+            return
+        server.start_drain()
+        drained = asyncio.ensure_future(server.wait_drained(srv.drain_timeout_s))
+        hurried = asyncio.ensure_future(self._hurry.wait())
+        await asyncio.wait({drained, hurried}, return_when=asyncio.FIRST_COMPLETED)
+        for fut in (drained, hurried):
+            fut.cancel()
+        if self._hurry.is_set():
+            log_event("drain_cut_short", remaining=len(server.connections))
+
+    async def _shut(self) -> None:
+        self.loop_lag.stop()
+        try:
+            await asyncio.wait_for(self.server.stop(), STOP_AFTER_DRAIN_S)
+        except TimeoutError:
+            log_event("stop_timeout", level="warning", remaining=len(self.server.connections))
+        await self.supervisor.cancel_all()
+        with contextlib.suppress(Exception):  # the last partial interval, if it can be written
+            self.rotation.rotate_now(final=True)
+        self.hdr_writer.close()
+        if self.verifier is not None:
+            self.verifier.close()
+        self.gc_monitor.uninstall()
+        if self.interest is not None:
+            self.interest.clear_row(self.spec.index)  # its terminals are gone
+            self.interest.close()
+        counters = self.reader.counters
+        self.reader.close()
+        log_event(
+            "role_stopped",
+            role="writer",
+            disconnects=dict(self.server.stats.disconnects),
+            frames=self.feed.counters.frames,
+            laps=counters.laps,
+            gaps=self.feed.counters.gaps,
+            failed=self.failed or None,
+        )
+
+
+def main(spec: RoleSpec) -> int:
+    return run_role(spec, f"writer-{spec.index}", lambda cfg: WriterRole(spec, cfg).run())

@@ -1,0 +1,60 @@
+"""A test-only role for the host's tests: ``python -m tests.host.fake_role ROLE SPEC_JSON``.
+
+It behaves like a real role towards the host (lifeline.py: dies with the host, stops on SIGTERM
+with one ``role_stopped`` line; telemetry.py: its registry on a loopback port, the port in
+``run_dir/<name>.port``) and does nothing else. A writer reports ``monotape_connections`` =
+``FAKE_TERMINALS`` (default 3) plus its index, so the host's split is visible. Cues, from the
+environment: ``FAKE_ROLE_CRASH=<name>`` exits with code 3 a moment after start (every time),
+``FAKE_ROLE_STUBBORN=<name>`` ignores SIGTERM (the host must SIGKILL it at its deadline).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from monotape import metric_names as m
+from monotape.log import log_event
+from monotape.platform.host.lifeline import die_with_host, stop_on_signals, watch_host
+from monotape.platform.host.spec import RoleSpec
+from monotape.platform.host.telemetry import serve_metrics
+
+
+async def run(spec: RoleSpec) -> int:
+    stop = asyncio.Event()
+    stubborn = os.environ.get("FAKE_ROLE_STUBBORN") == spec.name
+    if stubborn:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    else:
+        stop_on_signals(stop)
+    registry = CollectorRegistry()
+    Counter("fake_role_starts", "starts of this role", registry=registry).inc()
+    Gauge("fake_role_restarts", "spec.restarts", registry=registry).set(spec.restarts)
+    if spec.role == "writer":
+        terminals = int(os.environ.get("FAKE_TERMINALS", "3")) + spec.index
+        Gauge(m.CONNECTIONS, "terminals", registry=registry).set(terminals)
+    serve_metrics(registry, spec.run_dir, spec.name)
+    log_event("role_started", process=spec.name, pid=os.getpid(), restarts=spec.restarts)
+    watcher = asyncio.create_task(watch_host(spec.host_pid, stop, every_s=0.2))
+    if os.environ.get("FAKE_ROLE_CRASH") == spec.name:
+        await asyncio.sleep(0.3)
+        log_event("fake_crash", process=spec.name)
+        return 3
+    await stop.wait()
+    watcher.cancel()
+    log_event("role_stopped", process=spec.name)
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    die_with_host()
+    spec = RoleSpec.decode(argv[1])
+    return asyncio.run(run(spec))
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

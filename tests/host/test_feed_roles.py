@@ -1,0 +1,187 @@
+"""host/venue.py and host/handler.py, one step at a time: a fake clock, real sockets in a temporary
+run dir, both twins of a venue in this process (the e2e test runs them as processes)."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pytest
+
+from monotape.clock import FakeClock
+from monotape.config import Config
+from monotape.platform.bus.link import Drop, LinkCounters, LinkReceiver
+from monotape.platform.feeds.epochs import FileEpochStore
+from monotape.platform.host.handler import EPOCH_CHECK_NS, HandlerRole, feed_path
+from monotape.platform.host.spec import RoleSpec
+from monotape.platform.host.venue import VenueRole
+from monotape.platform.model import Tick
+from monotape.platform.node.sources import build_sources, handler_plans
+from tests.conftest import node_config, until
+
+
+@pytest.fixture
+def run_dir() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="mt-feed-", dir="/tmp"))  # short: socket paths <= 107 B
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _cfg(run_dir: Path) -> Config:
+    return node_config(
+        run_dir / "data",
+        {"simulator.venues": 2, "simulator.instruments": 40, "simulator.rate": 4_000.0},
+    )
+
+
+class Bus:
+    def __init__(self) -> None:
+        self.ticks: list[Tick] = []
+
+    def publish(self, ticks: Sequence[Tick]) -> None:
+        self.ticks.extend(ticks)
+
+    def subscribe(self, sink: object) -> None:
+        raise NotImplementedError
+
+
+def _spec(
+    run_dir: Path, role: str, venue: str = "", handler: str = "", restarts: int = 0
+) -> RoleSpec:
+    return RoleSpec(
+        role=role, run_dir=str(run_dir), venue=venue, handler=handler, restarts=restarts
+    )
+
+
+def test_plans_are_the_nodes_handlers(run_dir: Path) -> None:
+    """The handler processes are built as the node builds its handlers: same venues, names,
+    lags and update-id rule (one helper, node/sources.py)."""
+    cfg = node_config(run_dir / "data")
+    node_handlers = build_sources(cfg, FakeClock(), FileEpochStore(run_dir / "epochs")).handlers
+    plans = handler_plans(cfg)
+    assert [(p.venue, p.name, p.lag_ns, p.update_ids) for p in plans] == [
+        (h.venue, h.name, h.lag_ns, h.update_ids) for h in node_handlers
+    ]
+    assert len({p.key for p in plans}) == 12  # 6 venues x 2, keys unique
+    replay = node_config(run_dir / "data", {"feeds.replay": "x.ndjson"})
+    assert handler_plans(replay) == []  # a replay feeds the bus, not handlers
+
+
+async def test_both_twins_hear_the_same_updates_and_stamp_the_same_versions(
+    run_dir: Path,
+) -> None:
+    cfg = _cfg(run_dir)
+    clock = FakeClock()
+    venue = VenueRole(_spec(run_dir, "venue"), cfg, clock)
+    plans = [p for p in handler_plans(cfg) if p.venue == "XNAS"]
+    roles = {
+        p.name: HandlerRole(_spec(run_dir, "handler", p.venue, p.name), cfg, p, Bus(), clock)
+        for p in plans
+    }
+    receivers = [
+        LinkReceiver(feed_path(run_dir, p.key), roles[p.name].feed, roles[p.name].on_feed)
+        for p in plans
+    ]
+    for r in receivers:
+        r.open()
+    try:
+        epochs = {name: role.start() for name, role in roles.items()}
+        # A started first: at once. B may have a live twin: its epoch waits for the fence.
+        assert epochs["B"] == epochs["A"] + 1
+        assert roles["A"].handler.records[-1].fence_ts_ns <= clock.wall_ns()
+        assert roles["B"].handler.records[-1].fence_ts_ns > clock.wall_ns() + 200_000_000
+        for _ in range(200):
+            clock.advance_ms(1)
+            venue.step()
+        to_a, to_b = (s.counters for s in venue.feeds["XNAS"])
+        sent = to_a.sent_items
+        assert to_b.sent_items == sent  # multicast: the same updates to both
+        assert sent > 0
+        await until(
+            lambda: all(r.feed.received_items == sent for r in roles.values()),
+            "both twins heard every XNAS update",
+        )
+        clock.advance(EPOCH_CHECK_NS)
+        clock.advance_ms(20)  # past both lags (A: 0-1 ms, B: 6-10 ms)
+        for role in roles.values():
+            role.pump()
+        a, b = (roles[n].bus.ticks for n in ("A", "B"))  # type: ignore[attr-defined]
+        assert len(a) == len(b) == sent
+        assert all(t.venue == "XNAS" for t in a)
+        # The same update (iid, venue timestamp) carries the same version from both twins.
+        va = {(t.iid, t.venue_ts_ns): (t.epoch, t.seq, t.bid, t.ask) for t in a}
+        vb = {(t.iid, t.venue_ts_ns): (t.epoch, t.seq, t.bid, t.ask) for t in b}
+        assert va == vb
+        assert {t.epoch for t in a} == {epochs["A"]}  # 220 ms in: B's fence not reached
+    finally:
+        for r in receivers:
+            r.close()
+        venue.close()
+
+
+def test_a_handler_that_is_down_misses_updates_counted(run_dir: Path) -> None:
+    cfg = _cfg(run_dir)
+    clock = FakeClock()
+    venue = VenueRole(_spec(run_dir, "venue"), cfg, clock)
+    for _ in range(50):
+        clock.advance_ms(1)
+        venue.step()
+    assert venue.updates > 0
+    for counters in venue.links:  # no handler listens: every message dropped, none queued
+        assert counters.sent_messages == 0
+        assert set(counters.dropped_messages) == {Drop.DOWN}
+    assert sum(sum(c.dropped_items.values()) for c in venue.links) == venue.updates * 2
+    venue.close()
+
+
+def test_only_the_first_start_of_a_venue_in_a_run_is_at_once(run_dir: Path) -> None:
+    """Whichever twin starts first bumps at once; the other, started at the same moment or
+    later, bumps behind the fence; a new host run (a new run dir) starts at once again."""
+    cfg = _cfg(run_dir)
+    clock = FakeClock()
+    plan_a, plan_b = [p for p in handler_plans(cfg) if p.venue == "XNAS"]
+    b = HandlerRole(_spec(run_dir, "handler", "XNAS", "B"), cfg, plan_b, Bus(), clock)
+    a = HandlerRole(_spec(run_dir, "handler", "XNAS", "A"), cfg, plan_a, Bus(), clock)
+    b.start()
+    a.start()
+    assert b.handler.records[-1].fence_ts_ns <= clock.wall_ns()  # B first: at once
+    assert a.handler.records[-1].fence_ts_ns > clock.wall_ns()
+    other_run = run_dir / "next-run"
+    other_run.mkdir()
+    again = HandlerRole(_spec(other_run, "handler", "XNAS", "A"), cfg, plan_a, Bus(), clock)
+    again.start()
+    assert again.handler.records[-1].epoch == a.handler.records[-1].epoch + 1
+    assert again.handler.records[-1].fence_ts_ns <= a.handler.records[-1].fence_ts_ns
+
+
+def test_a_restarted_handler_takes_a_higher_epoch_behind_the_fence(run_dir: Path) -> None:
+    cfg = _cfg(run_dir)
+    clock = FakeClock()
+    plan_a, plan_b = [p for p in handler_plans(cfg) if p.venue == "XNAS"]
+    twin = HandlerRole(_spec(run_dir, "handler", "XNAS", "A"), cfg, plan_a, Bus(), clock)
+    first = twin.start()
+    dead = HandlerRole(_spec(run_dir, "handler", "XNAS", "B"), cfg, plan_b, Bus(), clock)
+    dead.start()
+    again = HandlerRole(
+        _spec(run_dir, "handler", "XNAS", "B", restarts=1), cfg, plan_b, Bus(), clock
+    )
+    epoch = again.start()
+    assert epoch > first + 1
+    record = again.handler.records[-1]
+    assert record.fence_ts_ns > clock.wall_ns()  # the 250 ms fence, as an in-process restart
+    clock.advance(EPOCH_CHECK_NS)
+    twin.pump()  # re-reads the store: the twin knows the new epoch within 10 ms
+    assert twin.handler.records[-1] == record
+
+
+def test_malformed_feed_message_is_counted(run_dir: Path) -> None:
+    cfg = _cfg(run_dir)
+    plan = handler_plans(cfg)[0]
+    role = HandlerRole(_spec(run_dir, "handler", plan.venue, plan.name), cfg, plan, Bus())
+    role.start()
+    role.on_feed(b"\xc1")
+    role.on_feed(b"\x91\x93\x01")  # an update cut short
+    assert role.feed.malformed_messages == 2 and role.feed.received_items == 0
+    assert isinstance(role.feed, LinkCounters)

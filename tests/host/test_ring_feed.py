@@ -1,0 +1,294 @@
+"""The ring -> writer adapter with a ``MemoryRing``: frames in, planned payloads out; a lap or a
+producer gap puts every terminal into a gap that ends in a snapshot from the shared table; the
+priority records reach exactly the terminals that marked them; the server tells the role
+every mark, unmark and what a leaving terminal held."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import websockets
+
+from monotape.clock import FakeClock, SystemClock
+from monotape.config import ServerConfig
+from monotape.platform.feeds.simulator import build_universe
+from monotape.platform.host.ring_feed import RingFeed, RingSnapshots
+from monotape.platform.model import Tick
+from monotape.platform.ring import (
+    Entry,
+    EntryKind,
+    Gap,
+    GapCause,
+    Lapped,
+    MemoryReader,
+    MemoryRing,
+    RingConfig,
+    RingRead,
+)
+from monotape.platform.server.endpoint import FanoutServer
+from monotape.platform.wire import codec
+from monotape.platform.wire.requests import SetPriority, Subscribe, encode_request
+from tests.conftest import until
+from tests.server.test_priority_stage import WRITE_NS, FakeTransport, _connect
+
+SMALL = RingConfig(total_bytes=512 * 1024, slot_bytes=8192, snapshot_iids=256, max_readers=4)
+MS = 1_000_000
+
+
+def _tick(iid: int, seq: int) -> Tick:
+    price = 10_000 + 7 * seq
+    return Tick(iid, "XNAS", 1, seq, 0, price, price + 10, price + 5, seq, "A", 0, 0)
+
+
+class Sequencer:
+    """Plays the sequencer process: every frame moves every symbol of ``iids`` one version."""
+
+    def __init__(self, ring: MemoryRing, iids: list[int], clock: FakeClock) -> None:
+        self.ring, self.iids, self.clock = ring, iids, clock
+        self.frame_no = 0
+
+    def frame(self) -> Entry:
+        self.frame_no += 1
+        n = self.frame_no
+        records = {}
+        for iid in self.iids:
+            new = _tick(iid, n)
+            self.ring.put_snapshot(iid, (1, n), codec.encode_full_record(new))
+            records[iid] = codec.encode_delta_record(_tick(iid, n - 1) if n > 1 else None, new)
+        now = self.clock.now_ns()
+        entry = Entry(EntryKind.FRAME, n, now, now, records)
+        self.ring.publish(entry)
+        return entry
+
+
+def _unframe(wire: bytes) -> bytes:
+    return wire[2:] if wire[1] < 126 else wire[4:]
+
+
+def _messages(t: FakeTransport) -> list[object]:
+    return [codec.decode_message(_unframe(w)) for w in t.writes]
+
+
+@pytest.fixture
+def ring() -> Iterator[tuple[MemoryRing, MemoryReader]]:
+    mem = MemoryRing(SMALL)
+    reader = mem.reader(0)
+    try:
+        yield mem, reader
+    finally:
+        mem.close()
+
+
+def _server(
+    clock: FakeClock, reader: MemoryReader, priority: list[int] | None = None
+) -> FanoutServer:
+    universe = build_universe(venues=1, instruments=16, seed=1)
+    sink = None if priority is None else (lambda v: priority.extend(v.tolist()))
+    return FanoutServer(
+        ServerConfig(), universe, None, clock, priority=sink, snapshots=RingSnapshots(reader)
+    )
+
+
+def _feed_all(feed: RingFeed, reader: MemoryReader) -> list[RingRead]:
+    reads: list[RingRead] = []
+    while (read := reader.poll()) is not None:
+        reads.append(read)
+        feed.on_read(read)
+    return reads
+
+
+def test_a_frame_becomes_one_payload_per_signature_of_the_sequencers_bytes(
+    ring: tuple[MemoryRing, MemoryReader],
+) -> None:
+    mem, reader = ring
+    clock = FakeClock()
+    server = _server(clock, reader)
+    a = _connect(server, clock, [1, 2], [])
+    b = _connect(server, clock, [1, 2], [])
+    c = _connect(server, clock, [3], [])
+    written: list[int] = []
+    feed = RingFeed(server.writer, server.index, written=lambda v: written.extend(v.tolist()))
+    seq = Sequencer(mem, [1, 2, 3, 9], clock)  # nobody here watches 9
+    entry = seq.frame()
+    clock.advance(3 * MS)  # the ring hop: counted in the write stage
+    _feed_all(feed, reader)
+
+    assert a.writes[0] is b.writes[0]  # one payload per signature, shared bytes
+    frame = _messages(a)[0]
+    assert isinstance(frame, codec.Frame) and frame.frame_no == 1
+    assert [r.iid for r in frame.records] == [1, 2]
+    want = codec.frame_header(1, 2) + entry.records[1] + entry.records[2]
+    assert _unframe(a.writes[0]) == want  # the sequencer's bytes, nothing re-encoded
+    only_c = _messages(c)[0]
+    assert isinstance(only_c, codec.Frame) and [r.iid for r in only_c.records] == [3]
+    assert server.writer.last_frame_no == 1 and feed.counters.frames == 1
+    # one write value per terminal, from the sequencer's publish: the hop, then the writes
+    # (WRITE_NS each; the native loop stamps a payload's terminals together)
+    assert len(written) == 3 and min(written) >= 3 * MS + WRITE_NS
+    assert max(written) == 3 * MS + 3 * WRITE_NS
+
+
+def test_a_frame_nobody_here_watches_writes_nothing(
+    ring: tuple[MemoryRing, MemoryReader],
+) -> None:
+    mem, reader = ring
+    clock = FakeClock()
+    server = _server(clock, reader)
+    a = _connect(server, clock, [5], [])
+    feed = RingFeed(server.writer, server.index)
+    Sequencer(mem, [1, 2], clock).frame()
+    _feed_all(feed, reader)
+    assert a.writes == [] and server.writer.last_frame_no == 1
+
+
+def test_a_lapped_writer_gaps_every_terminal_and_snapshots_from_the_table(
+    ring: tuple[MemoryRing, MemoryReader],
+) -> None:
+    mem, reader = ring
+    clock = FakeClock()
+    server = _server(clock, reader)
+    a = _connect(server, clock, [1, 2], [])
+    b = _connect(server, clock, [3], [])
+    feed = RingFeed(server.writer, server.index)
+    seq = Sequencer(mem, [1, 2, 3], clock)
+    seq.frame()
+    _feed_all(feed, reader)
+    before = len(a.writes), len(b.writes)
+    for _ in range(mem.geometry.slots + 5):  # the writer was stopped: lapped
+        seq.frame()
+    reads = _feed_all(feed, reader)
+    assert isinstance(reads[0], Lapped) and reader.counters.laps == 1
+    assert feed.counters.gaps == 1 and feed.counters.gapped_terminals == 2
+    for t, iids in ((a, [1, 2]), (b, [3])):
+        after = _messages(t)[before[0] if t is a else before[1] :]
+        snap = after[0]
+        # the next thing after the lap is a snapshot of everything it holds, from the table
+        assert isinstance(snap, codec.Snapshot) and [r.iid for r in snap.records] == iids
+        assert all(not r.has_base for r in snap.records)
+        held = {r.iid: r.seq for r in snap.records}
+        assert min(held.values()) >= seq.frame_no - 1  # at least as new as the last frame read
+        # then the newest frame: at or below what the snapshot holds, never a regression
+        for m in after[1:]:
+            assert isinstance(m, codec.Frame)
+            assert all(r.seq >= held[r.iid] for r in m.records)
+    assert server.stats.gap_snapshots == 2
+
+
+def test_a_producer_gap_or_restart_gaps_every_terminal(
+    ring: tuple[MemoryRing, MemoryReader],
+) -> None:
+    mem, reader = ring
+    clock = FakeClock()
+    server = _server(clock, reader)
+    a = _connect(server, clock, [1], [])
+    idle = _connect(server, clock, [], [])  # subscribed to nothing yet: nothing to correct
+    feed = RingFeed(server.writer, server.index)
+    Sequencer(mem, [1], clock).frame()
+    _feed_all(feed, reader)  # the writer's snapshots are at the frames it has read
+    for cause in (GapCause.RESTARTED, GapCause.OVERSIZE):
+        feed.on_read(Gap(cause, 7))
+    snaps = [m for m in _messages(a) if isinstance(m, codec.Snapshot)]
+    assert len(snaps) == 2 and feed.counters.gaps == 2
+    assert idle.writes == [] and feed.counters.gapped_terminals == 2
+    assert [r.iid for r in snaps[0].records] == [1] and snaps[0].records[0].seq == 1
+
+
+def test_a_slow_terminal_in_a_gap_gets_one_snapshot_when_it_reads_again(
+    ring: tuple[MemoryRing, MemoryReader],
+) -> None:
+    mem, reader = ring
+    clock = FakeClock()
+    server = _server(clock, reader)
+    slow = _connect(server, clock, [1], [], buffered=server.cfg.write_high_water + 1)
+    feed = RingFeed(server.writer, server.index)
+    seq = Sequencer(mem, [1], clock)
+    seq.frame()
+    _feed_all(feed, reader)
+    feed.gap()
+    assert slow.writes == []  # no room: the gap waits, nothing older goes out
+    slow.buffered = 0
+    seq.frame()
+    _feed_all(feed, reader)
+    first = _messages(slow)[0]
+    assert isinstance(first, codec.Snapshot) and first.records[0].seq == 2
+
+
+def test_priority_records_reach_only_the_terminals_that_marked_them(
+    ring: tuple[MemoryRing, MemoryReader],
+) -> None:
+    mem, reader = ring
+    clock = FakeClock()
+    got: list[int] = []
+    server = _server(clock, reader, got)
+    a = _connect(server, clock, [1, 2], [1])
+    b = _connect(server, clock, [1, 2], [2])
+    idle = _connect(server, clock, [1, 2], [])
+    feed = RingFeed(server.writer, server.index)
+    admitted = clock.now_ns()
+    full = {1: codec.encode_full_record(_tick(1, 5)), 2: codec.encode_full_record(_tick(2, 6))}
+    mem.publish(Entry(EntryKind.PRIORITY, 0, 0, admitted, {}, {**full, 3: full[1]}))
+    clock.advance(2 * MS)
+    _feed_all(feed, reader)
+    for t, iid in ((a, 1), (b, 2)):
+        (m,) = _messages(t)
+        assert isinstance(m, codec.PriorityUpdate) and m.record.iid == iid
+        assert _unframe(t.writes[0]) == codec.encode_priority(full[iid])
+    assert idle.writes == []
+    assert server.flush_priority() == 2
+    assert sorted(got) == [2 * MS + WRITE_NS, 2 * MS + 2 * WRITE_NS]  # admitted -> written
+    assert feed.counters.priority_writes == 2 and server.stats.priority_sent == 2
+
+
+def test_ring_snapshots_read_the_table_and_leave_out_absent_symbols(
+    ring: tuple[MemoryRing, MemoryReader],
+) -> None:
+    mem, reader = ring
+    snaps = RingSnapshots(reader)
+    chunk = codec.encode_full_record(_tick(4, 9))
+    mem.put_snapshot(4, (1, 9), chunk)
+    assert snaps.chunk(4) is None  # the frame that carries it is not read yet
+    mem.publish(Entry(EntryKind.FRAME, 1, 0, 0))
+    assert reader.poll() is not None
+    assert snaps.chunk(4) == chunk and snaps.chunk(5) is None
+    m = codec.decode_message(_unframe(snaps.snapshot(12, [5, 4])))
+    assert isinstance(m, codec.Snapshot) and m.frame_no == 12
+    assert [(r.iid, r.seq) for r in m.records] == [(4, 9)]
+
+
+def test_a_server_needs_a_sequencer_or_a_snapshots_source() -> None:
+    with pytest.raises(ValueError, match="sequencer or a snapshots"):
+        FanoutServer(ServerConfig(), build_universe(1, 4, 1), None, FakeClock())
+
+
+async def test_marks_follow_a_terminals_order_ticket_and_its_teardown(
+    ring: tuple[MemoryRing, MemoryReader],
+) -> None:
+    """The server tells the writer role which iids a terminal marked or unmarked, and what it
+    held when it left, so the role's interest row is exact (the row: host/interest.py)."""
+    _mem, reader = ring
+    universe = build_universe(venues=1, instruments=16, seed=1)
+    told: list[set[int]] = []
+    server = FanoutServer(
+        ServerConfig(ws_port=0, admission_max_lag_ms=0),
+        universe,
+        None,
+        SystemClock(),
+        snapshots=RingSnapshots(reader),
+        marks=lambda iids: told.append(set(iids)),
+    )
+    port = await server.start()
+    keys = [universe[1].key, universe[2].key]
+    try:
+        async with websockets.connect(f"ws://127.0.0.1:{port}/", compression=None) as ws:
+            await ws.recv()  # hello
+            await ws.send(encode_request(Subscribe(req=1, keys=keys)))
+            await ws.send(encode_request(SetPriority(req=2, keys=keys)))
+            await ws.send(encode_request(SetPriority(req=3, keys=keys[:1], on=False)))
+            await until(lambda: len(told) >= 2, "both requests told")
+        await until(lambda: len(told) >= 3, "the teardown told")
+    finally:
+        await server.stop()
+    iid1, iid2 = universe[1].iid, universe[2].iid
+    assert told == [{iid1, iid2}, {iid1}, {iid2}]  # marked both, unmarked one, left holding one
+    assert not server.index.has_priority(iid1) and not server.index.has_priority(iid2)

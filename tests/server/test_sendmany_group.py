@@ -1,0 +1,198 @@
+"""send_group: the writer's frame path in C (eligibility test, sends, counters) and its pure-Python
+twin (``group_via``) give the same report, the same bytes and the same counters, on real sockets,
+for any mix of terminal states, and a group where everyone took the bytes reports nothing.
+
+``make native-sanitize`` runs this module too, against the instrumented build named by
+SENDMANY_SANITIZED_BUILD (see tests/server/test_sendmany.py).
+"""
+
+from __future__ import annotations
+
+import errno
+import importlib.util
+import random
+from contextlib import ExitStack
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from monotape.platform.server import sendmany
+from monotape.platform.server.sendmany import NOT_ELIGIBLE, SendGroup, group_via, python_send_many
+from tests.server.test_sendmany import (
+    IN_CI,
+    SANITIZED_BUILD,
+    STATES,
+    Pair,
+    Pairs,
+    _scenario,
+    read_available,
+)
+
+OPEN = object()  # stands for websockets' State.OPEN: compared by identity, as the writer does
+CLOSED = object()
+# Why a terminal is not eligible for a send behind its transport's back.
+INELIGIBLE = ("closing", "not_open", "behind", "no_fd", "queued", "transport_closing")
+
+
+def _native_group() -> SendGroup | None:
+    if SANITIZED_BUILD:
+        spec = importlib.util.spec_from_file_location("sanitized_g._sendmany", SANITIZED_BUILD)
+        assert spec is not None and spec.loader is not None, SANITIZED_BUILD
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        assert module.SANITIZED is True, "the sanitizer run must load the instrumented build"
+        fn: SendGroup = module.send_group
+        return fn
+    if not sendmany.NATIVE:
+        return None
+    return group_via(sendmany.choose(True))
+
+
+NATIVE_GROUP = _native_group()
+GROUPS: dict[str, SendGroup] = {"python": group_via(python_send_many)}
+if NATIVE_GROUP is not None:
+    GROUPS["native"] = NATIVE_GROUP
+
+
+def _need_native() -> None:
+    if NATIVE_GROUP is None:
+        if IN_CI:  # CI must compare native with Python, never Python with Python
+            pytest.fail(f"native extension not built: {sendmany.NATIVE_ERROR}")
+        pytest.skip(f"native extension not built: {sendmany.NATIVE_ERROR}")
+
+
+class Transport:
+    def __init__(self, queued: int, closing: bool) -> None:
+        self.queued = queued
+        self.closing = closing
+
+    def get_write_buffer_size(self) -> int:
+        return self.queued
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+
+@dataclass
+class Protocol:
+    state: object
+
+
+class Conn:
+    """What send_group reads and writes of a server Connection."""
+
+    __slots__ = ("bytes_sent", "closing", "conn_id", "fd", "frames_sent", "protocol", "transport")
+
+    def __init__(self, conn_id: int, pair: Pair, why: str) -> None:
+        self.conn_id = conn_id
+        self.fd = -1 if why == "no_fd" else pair.fd
+        self.closing = why == "closing"
+        self.protocol = Protocol(CLOSED if why == "not_open" else OPEN)
+        self.transport = Transport(7 if why == "queued" else 0, why == "transport_closing")
+        self.frames_sent = 3  # not zero: counted on top of what was there
+        self.bytes_sent = 100
+
+
+def _run(
+    group: SendGroup, payload: bytes, states: list[str]
+) -> tuple[list[tuple[int, int, int]] | None, list[bytes], list[tuple[int, int]]]:
+    """One call over terminals in ``states`` (a socket state of test_sendmany's, or a reason
+    not to be eligible on an open socket): the report, what each terminal received, and each
+    one's (frames_sent, bytes_sent) after."""
+    with ExitStack() as stack:
+        pairs = Pairs(stack)
+        sockets = _scenario(pairs, ["open" if s in INELIGIBLE else s for s in states])
+        conns = [Conn(i + 1, p, s) for i, (p, s) in enumerate(zip(sockets, states, strict=True))]
+        behind = {c.conn_id for c, s in zip(conns, states, strict=True) if s == "behind"}
+        result = group(payload, conns, behind, OPEN)
+        received = []
+        for p, state in zip(sockets, states, strict=True):
+            data = b"" if state in ("closed", "peer_shut") else read_available(p.recv)
+            received.append(data[p.filler :])
+        return result, received, [(c.frames_sent, c.bytes_sent) for c in conns]
+
+
+@pytest.mark.parametrize("name", ["native", "python"])
+def test_a_group_that_took_everything_reports_nothing_and_counts_each(name: str) -> None:
+    if name == "native":
+        _need_native()
+    payload = b"\x82\x05frame"
+    result, received, counts = _run(GROUPS[name], payload, ["open"] * 50)
+    assert result is None
+    assert received == [payload] * 50
+    assert counts == [(4, 100 + len(payload))] * 50
+
+
+@pytest.mark.parametrize("name", ["native", "python"])
+def test_every_reason_not_to_send_is_reported_and_nothing_is_sent_or_counted(name: str) -> None:
+    if name == "native":
+        _need_native()
+    payload = b"x" * 300
+    states = ["open", *INELIGIBLE, "open"]
+    result, received, counts = _run(GROUPS[name], payload, states)
+    assert result == [(i, 0, NOT_ELIGIBLE) for i in range(1, len(INELIGIBLE) + 1)]
+    assert received == [payload, *([b""] * len(INELIGIBLE)), payload]
+    assert counts == [(4, 400), *([(3, 100)] * len(INELIGIBLE)), (4, 400)]
+
+
+@pytest.mark.parametrize("name", ["native", "python"])
+def test_a_refused_send_counts_nothing_and_a_blocked_one_is_counted_for_its_hand_off(
+    name: str,
+) -> None:
+    if name == "native":
+        _need_native()
+    payload = b"y" * 1000
+    result, _, counts = _run(GROUPS[name], payload, ["closed", "full", "open"])
+    assert result == [(0, 0, errno.EPIPE), (1, 0, errno.EAGAIN)]
+    assert counts == [(3, 100), (4, 1100), (4, 1100)]
+
+
+def test_bad_arguments_are_refused_before_any_send() -> None:
+    _need_native()
+    group = GROUPS["native"]
+    with ExitStack() as stack:
+        p = Pairs(stack).unix()
+        conn = Conn(1, p, "open")
+        with pytest.raises(TypeError):
+            group(b"x", [conn], [], OPEN)  # type: ignore[arg-type]  # behind must be a set
+        with pytest.raises(TypeError):
+            group(b"x", 5, set(), OPEN)  # type: ignore[arg-type]
+        with pytest.raises(AttributeError):
+            group(b"x", [conn, object()], set(), OPEN)  # the second has no attributes
+        assert read_available(p.recv) == b"" and conn.frames_sent == 3
+        assert group(b"", [conn], set(), OPEN) is None and read_available(p.recv) == b""
+
+
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    size=st.integers(1, 120_000),
+    states=st.lists(st.sampled_from(STATES + INELIGIBLE), min_size=1, max_size=8),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_property_native_and_python_groups_agree_and_every_socket_gets_a_prefix(
+    size: int, states: list[str], seed: int
+) -> None:
+    payload = random.Random(seed).randbytes(size)
+    outcomes: dict[str, Any] = {}
+    for name, group in GROUPS.items():
+        result, received, counts = _run(group, payload, states)
+        outcomes[name] = (result, received, counts)
+        report = {i: (sent, err) for i, sent, err in result or []}
+        for i, state in enumerate(states):
+            got, (frames, nbytes) = received[i], counts[i]
+            if state in INELIGIBLE:
+                assert report[i] == (0, NOT_ELIGIBLE) and got == b"" and frames == 3
+            elif state in ("closed", "shut", "peer_shut"):
+                assert report[i] == (0, errno.EPIPE) and got == b"" and frames == 3
+            elif state == "full":
+                assert report[i] == (0, errno.EAGAIN) and got == b"" and frames == 4
+            elif i in report:  # open or tiny: a partial send, never nothing
+                sent, err = report[i]
+                assert err == 0 and 0 < sent < size and got == payload[:sent] and frames == 4
+            else:
+                assert got == payload and (frames, nbytes) == (4, 100 + size)
+    if len(outcomes) == 2:
+        assert outcomes["native"] == outcomes["python"]
