@@ -388,6 +388,69 @@ def test_from_snapshots_that_may_be_newer_than_the_frame_a_boundary_sends_full_r
     assert desk.shown(2) == desk.published(2)
 
 
+class Lagging(Relay):
+    """A writer process's ring table when it is two frames behind: both stored records of a
+    withheld symbol are newer than the frame it planned, so the table has none to give."""
+
+    def __init__(self, cache: SnapshotCache) -> None:
+        super().__init__(cache)
+        self.withheld: set[int] = set()
+
+    def chunk(self, iid: int) -> bytes | None:
+        return None if iid in self.withheld else self.cache.chunk(iid)
+
+
+def test_a_full_record_the_snapshots_lack_at_a_boundary_is_retried_at_the_next_and_counted() -> (
+    None
+):
+    desk = Desk({1: ([1, 2], 1), 2: ([1, 2], 5)}, exact=False)
+    table = Lagging(desk.cache)
+    desk.pacer = Pacer(table)
+    desk.step(100, [1, 2])  # a boundary: terminal 2 new to its group gets both in full
+    assert desk.shown(2) == desk.published(2)
+    table.withheld = {1}
+    for frame_no in range(101, 106):
+        desk.step(frame_no, [1])  # 105 is a boundary, and symbol 1's record is not there
+    assert desk.frames[2] == [100]
+    assert desk.pacer.retried == 1
+    table.withheld = set()
+    for frame_no in range(106, 111):
+        desk.step(frame_no, [])  # symbol 1 does not change again: only the retry sends it
+    assert desk.frames[2] == [100, 110]
+    assert desk.shown(2) == desk.published(2)
+    assert desk.pacer.retried == 1
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    steps=st.lists(
+        st.tuples(
+            st.lists(st.integers(0, 7), max_size=4),
+            st.one_of(st.just(set[int]()), st.sets(st.integers(0, 7), min_size=1, max_size=3)),
+        ),
+        min_size=1,
+        max_size=40,
+    ),
+    k=st.sampled_from([2, 5, 10]),
+    subs=st.lists(st.integers(0, 7), min_size=1, max_size=8, unique=True),
+)
+def test_a_k_terminal_is_up_to_date_after_every_boundary_at_which_the_table_lacked_nothing(
+    steps: list[tuple[list[int], set[int]]], k: int, subs: list[int]
+) -> None:
+    """Whatever the table lacked at earlier boundaries (a writer process behind the ring), a
+    boundary at which it lacks nothing leaves the k terminal holding what was published; never a
+    delta it cannot apply, never a version going back (the Desk's guard)."""
+    desk = Desk({1: (subs, 1), 2: (subs, k)}, exact=False)
+    table = Lagging(desk.cache)
+    desk.pacer = Pacer(table)
+    for i, (changed, withheld) in enumerate(steps):
+        frame_no = 100 + i
+        table.withheld = withheld
+        desk.step(frame_no, changed)
+        if frame_no % k == 0 and not withheld:
+            assert desk.shown(2) == desk.published(2), f"stale after boundary {frame_no}"
+
+
 def test_the_index_owes_full_records_to_who_joined_or_got_a_snapshot_and_forgets_the_gone() -> None:
     index = SubscriptionIndex()
     for cid in (1, 2, 3):

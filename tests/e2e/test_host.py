@@ -236,13 +236,31 @@ def test_a_role_in_a_crash_loop_is_restarted_each_time_and_logged_each_time(
 def test_a_role_that_ignores_sigterm_is_killed_at_the_deadline(
     hosts: Callable[..., FakeHost],
 ) -> None:
-    host = hosts(writers=2, FAKE_ROLE_STUBBORN="writer-0")
+    # 8 s: every stage after the writers' is owed its full ROLE_STOP_S (2 s, the most a stage
+    # is reserved), so the sequencer's teardown does not race a share of a short deadline.
+    host = hosts(writers=2, stop_timeout_s=8.0, FAKE_ROLE_STUBBORN="writer-0")
     pids = {n: r["pid"] for n, r in host.rows().items()}
     assert host.stop(signal.SIGTERM) == 0
     by_stage = {e["stage"]: e for e in host.events("stage_stopped")}
     assert list(by_stage) == ["venue", "handler", "writer", "sequencer"]
+    assert by_stage["writer"]["told_twice"] == ["writer-0"]  # ignored that one too
     assert by_stage["writer"]["killed"] == ["writer-0"]
     assert by_stage["sequencer"]["killed"] == []
+    assert all(gone(pid) for pid in pids.values())
+    assert leftovers(host.pid, host.run_base) == []
+
+
+def test_a_writer_still_draining_near_the_deadline_is_told_twice_not_killed(
+    hosts: Callable[..., FakeHost],
+) -> None:
+    host = hosts(writers=2, stop_timeout_s=8.0, FAKE_ROLE_DRAINING="writer-0")
+    pids = {n: r["pid"] for n, r in host.rows().items()}
+    assert host.stop(signal.SIGTERM) == 0
+    by_stage = {e["stage"]: e for e in host.events("stage_stopped")}
+    assert by_stage["writer"]["told_twice"] == ["writer-0"]
+    assert by_stage["writer"]["killed"] == []
+    stopped = [e for e in host.events("role_stopped") if e.get("process") == "writer-0"]
+    assert host.events("fake_drain_cut_short") and stopped  # a clean exit, not SIGKILL
     assert all(gone(pid) for pid in pids.values())
     assert leftovers(host.pid, host.run_base) == []
 

@@ -5,7 +5,9 @@ with one ``role_stopped`` line; telemetry.py: its registry on a loopback port, t
 ``run_dir/<name>.port``) and does nothing else. A writer reports ``monotape_connections`` =
 ``FAKE_TERMINALS`` (default 3) plus its index, so the host's split is visible. Cues, from the
 environment: ``FAKE_ROLE_CRASH=<name>`` exits with code 3 a moment after start (every time),
-``FAKE_ROLE_STUBBORN=<name>`` ignores SIGTERM (the host must SIGKILL it at its deadline).
+``FAKE_ROLE_STUBBORN=<name>`` ignores SIGTERM (the host must SIGKILL it at its deadline),
+``FAKE_ROLE_DRAINING=<name>`` stops only on a second SIGTERM (a writer whose drain outlasts the
+host's budget: told twice, it skips the rest of it).
 """
 
 from __future__ import annotations
@@ -29,6 +31,16 @@ async def run(spec: RoleSpec) -> int:
     stubborn = os.environ.get("FAKE_ROLE_STUBBORN") == spec.name
     if stubborn:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    elif os.environ.get("FAKE_ROLE_DRAINING") == spec.name:
+        told: list[int] = []
+
+        def on_sigterm() -> None:
+            told.append(1)
+            log_event("fake_drain" if len(told) == 1 else "fake_drain_cut_short", process=spec.name)
+            if len(told) > 1:
+                stop.set()
+
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, on_sigterm)
     else:
         stop_on_signals(stop)
     registry = CollectorRegistry()

@@ -16,6 +16,7 @@ from monotape.platform.ring.protocol import SnapshotChunk
 from tests.ring.conftest import SMALL, unique_tag
 
 SLEEP = "monotape.platform.ring.shm.time.sleep"  # the reader's nap while a put is in progress
+WAIT = "monotape.platform.ring.shm._SNAPSHOT_WAIT_S"  # how long the reader waits for a put
 
 
 def test_a_put_the_producer_finishes_late_is_read_not_left_out(
@@ -81,8 +82,11 @@ def test_a_slot_left_odd_costs_one_wait_then_reads_as_absent_at_once(
         ring.close()
 
 
-def test_a_put_finished_by_another_thread_is_waited_for() -> None:
-    """The real thing: the reader's naps let a producer thread complete the put."""
+def test_a_put_finished_by_another_thread_is_waited_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The real thing: the reader's naps let a producer thread complete the put. The wait is
+    10 s here, not 0.1 s: with both cores busy the thread may not run within 0.1 s, and this
+    test is about the wait seeing the put, not about how long it lasts."""
+    monkeypatch.setattr(WAIT, 10.0)
     ring = ShmRing.create(SMALL, tag=unique_tag())
     reader = ShmReader.attach(ring.name, 0)
     words = memoryview(ring._seg.mm).cast("Q")

@@ -28,6 +28,7 @@ from monotape.platform.model import Tick
 from monotape.platform.server.connection import Connection
 from monotape.platform.server.endpoint import FanoutServer
 from monotape.platform.server.sendmany import Payload, SendMany, Shortfall, group_via
+from monotape.platform.wire import codec
 from tests.server.fakes import fake_ws
 from tests.server.test_native_writer import check_stream
 
@@ -42,6 +43,7 @@ class Socket:
         self.room = room
         self.buffer = bytearray()
         self.refuse = 0  # an errno every send meets (a vanished peer)
+        self.transport_error = False  # the transport's own write raises (write-after-eof)
 
     def take(self, data: bytes) -> int:
         n = min(self.room, len(data))
@@ -67,6 +69,8 @@ class Transport(asyncio.Transport):
 
     def write(self, data: bytes | bytearray | memoryview[Any]) -> None:
         data = bytes(data)  # the rest of a partial send comes as a slice
+        if self.sock.transport_error:
+            raise RuntimeError("write after write_eof")
         if self.sock.refuse:
             return  # a real transport fails on its own, later (connection_lost)
         if not self.sock.buffer:
@@ -274,9 +278,58 @@ def test_a_terminal_refused_on_an_earlier_tick_is_not_counted_as_sent_again() ->
     socks[0].refuse = errno.EBADF
     server.publish_priority([_tick(1, 5), _tick(1, 6), _tick(1, 7)])
     assert list(server.connections) == [2]
-    # both terminals for the first tick (the refused one was there when it was sent), then one
-    assert server.stats.priority_sent == 4
+    # the refused terminal is counted for no tick, neither the one its socket refused nor later
+    assert server.stats.priority_sent == 3
     assert server.flush_priority() == 3
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_a_priority_record_from_the_ring_counts_only_the_terminals_that_took_it(
+    native: bool,
+) -> None:
+    server, socks = _server(native, [1 << 20] * 3, [[1], [1], [2]])  # 1, 2 hold iid 1; 3 iid 2
+    if native:
+        socks[0].refuse = errno.EBADF
+    else:
+        socks[0].transport_error = True
+    record = codec.encode_full_record(_tick(1, 5))
+    sent = server.writer.publish_priority_chunks({1: record, 2: record}, admitted_ns=0)
+    assert list(server.connections) == [2, 3]  # the refused one torn down, after the loop
+    assert sent == 2 and server.stats.priority_sent == 2  # 2 (iid 1) and 3 (iid 2): not 1
+    assert server.flush_priority() == 2
+
+
+class CountingDict(dict[int, Any]):
+    """The terminals' connection map, counting the lookups of a tuple rebuild."""
+
+    gets = 0
+
+    def get(self, key: int, default: Any = None) -> Any:
+        self.gets += 1
+        return super().get(key, default)
+
+
+def test_a_rate_groups_payload_neither_evicts_the_25_hz_tuple_nor_is_rebuilt_next_boundary() -> (
+    None
+):
+    """A max_hz rate group's payload has the 25 Hz payload's signature but a fresh set of its own
+    at each boundary: both connection tuples are kept, so no frame rebuilds either."""
+    server, _ = _server(True, [1 << 20] * 4, [[1, 2]] * 4)
+    loop = server.writer.sendloop
+    assert loop is not None
+    counting = CountingDict(server.terminals.connections)
+    server.terminals.connections = counting
+    sig = 7
+    paced = frozenset({1, 2})  # the index's own set: the same object frame after frame
+    wire = b"\x82\x01x"
+    for boundary in range(3):
+        for _ in range(4):
+            assert loop.send_frame(wire, paced, sig, []) == 2
+            loop.end_frame()
+        assert loop.send_frame(wire, {3, 4}, sig, []) == 2  # a rate group: a new set each time
+        assert counting.gets == 4, boundary  # built once each, at the first frame and boundary
+    assert loop.send_frame(wire, {3}, sig, []) == 1  # another group: its own tuple
+    assert counting.gets == 5
 
 
 def _churn(native: bool) -> tuple[list[bytes], int]:

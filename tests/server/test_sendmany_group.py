@@ -9,8 +9,11 @@ SENDMANY_SANITIZED_BUILD (see tests/server/test_sendmany.py).
 from __future__ import annotations
 
 import errno
+import gc
 import importlib.util
 import random
+import sys
+import weakref
 from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any
@@ -164,6 +167,139 @@ def test_bad_arguments_are_refused_before_any_send() -> None:
             group(b"x", [conn, object()], set(), OPEN)  # the second has no attributes
         assert read_available(p.recv) == b"" and conn.frames_sent == 3
         assert group(b"", [conn], set(), OPEN) is None and read_available(p.recv) == b""
+
+
+class Hooked(Conn):
+    """A Conn whose counters run Python when set: ``on_set(conn, name, old, new)`` first."""
+
+    __slots__ = ("__weakref__", "_bytes", "_frames", "on_set")
+
+    def __init__(self, conn_id: int, pair: Pair, why: str) -> None:
+        self.on_set: Any = None
+        self._frames = 0
+        self._bytes = 0
+        super().__init__(conn_id, pair, why)
+
+    def _set(self, name: str, slot: str, value: int) -> None:
+        hook = self.on_set
+        if hook is not None:
+            hook(self, name, getattr(self, slot), value)
+        object.__setattr__(self, slot, value)
+
+    @property
+    def frames_sent(self) -> int:
+        return self._frames
+
+    @frames_sent.setter
+    def frames_sent(self, value: int) -> None:
+        self._set("frames_sent", "_frames", value)
+
+    @property
+    def bytes_sent(self) -> int:
+        return self._bytes
+
+    @bytes_sent.setter
+    def bytes_sent(self, value: int) -> None:
+        self._set("bytes_sent", "_bytes", value)
+
+
+@pytest.fixture
+def unraisable(monkeypatch: pytest.MonkeyPatch) -> list[BaseException | None]:
+    """The exceptions reported as unraisable during the test."""
+    seen: list[BaseException | None] = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: seen.append(u.exc_value))
+    return seen
+
+
+@pytest.mark.parametrize("name", ["native", "python"])
+def test_a_list_emptied_by_a_counter_setter_after_the_sends_still_reports_every_shortfall(
+    name: str,
+) -> None:
+    """Counting back a refused send runs the connection's own Python, which here empties the
+    caller's list (the only holder of the connections): no crash, no use of a freed object
+    (the sanitizer run sees it), and the partial send's rest is still reported."""
+    if name == "native":
+        _need_native()
+    payload = random.Random(7).randbytes(200_000)  # more than a tiny socket takes at once
+    with ExitStack() as stack:
+        pairs = Pairs(stack)
+        sockets = _scenario(pairs, ["tiny", "closed", "open"])
+        conns: list[Any] = [Hooked(i + 1, p, "open") for i, p in enumerate(sockets)]
+        alive = [weakref.ref(c) for c in conns]
+
+        def empty_the_list(_conn: Any, _name: str, old: int | None, new: int) -> None:
+            if old is not None and new < old:  # a take-back
+                conns.clear()
+                gc.collect()
+
+        conns[1].on_set = empty_the_list
+        result = GROUPS[name](payload, conns, set(), OPEN)
+        assert result is not None
+        report = {i: (sent, err) for i, sent, err in result}
+        sent, err = report[0]
+        assert err == 0 and 0 < sent < len(payload)
+        assert read_available(sockets[0].recv) == payload[:sent]  # the rest is the caller's
+        assert report[1] == (0, errno.EPIPE)
+        assert 2 not in report and read_available(sockets[2].recv) == payload
+        del conns[:]
+        gc.collect()
+        assert [r() for r in alive] == [None, None, None]  # every reference given back
+
+
+@pytest.mark.parametrize("name", ["native", "python"])
+def test_an_error_counting_after_the_sends_is_unraisable_and_every_shortfall_returns(
+    name: str, unraisable: list[BaseException | None]
+) -> None:
+    """A counter that raises once bytes are on the wire must not swallow the report: the
+    partial's rest and the blocked one's whole payload must still reach their transports."""
+    if name == "native":
+        _need_native()
+    payload = random.Random(8).randbytes(200_000)
+    with ExitStack() as stack:
+        pairs = Pairs(stack)
+        sockets = _scenario(pairs, ["tiny", "closed", "full", "open"])
+        conns = [Hooked(i + 1, p, "open") for i, p in enumerate(sockets)]
+
+        def refuse(_conn: Any, _name: str, old: int | None, new: int) -> None:
+            if old is not None and new < old:
+                raise ValueError("counter refuses to go down")
+
+        conns[1].on_set = refuse
+        result = GROUPS[name](payload, conns, set(), OPEN)
+        assert result is not None
+        report = {i: (sent, err) for i, sent, err in result}
+        assert report[0][1] == 0 and 0 < report[0][0] < len(payload)
+        assert report[1] == (0, errno.EPIPE)
+        assert report[2] == (0, errno.EAGAIN)
+        assert 3 not in report
+        assert [(c.frames_sent, c.bytes_sent) for c in (conns[0], conns[2], conns[3])] == [
+            (4, 100 + len(payload))
+        ] * 3
+        if name == "native":  # counted before the sends: the take-back is what raised
+            assert len(unraisable) == 1 and isinstance(unraisable[0], ValueError)
+            assert conns[1].frames_sent == 4  # off by one, said so; never half counted
+        else:  # the twin counts after the sends, a refused one never
+            assert unraisable == [] and conns[1].frames_sent == 3
+
+
+def test_a_counter_that_fails_half_way_before_the_sends_is_taken_back_whole() -> None:
+    """frames_sent counted, bytes_sent raising: that connection's frame is taken back too, and
+    the earlier ones', and nothing is sent to anybody."""
+    _need_native()
+    with ExitStack() as stack:
+        pairs = Pairs(stack)
+        sockets = _scenario(pairs, ["open", "open", "open"])
+        conns = [Hooked(i + 1, p, "open") for i, p in enumerate(sockets)]
+
+        def refuse_bytes(_conn: Any, name: str, old: int | None, new: int) -> None:
+            if name == "bytes_sent" and old is not None and new > old:
+                raise ValueError("no bytes today")
+
+        conns[1].on_set = refuse_bytes
+        with pytest.raises(ValueError, match="no bytes today"):
+            GROUPS["native"](b"z" * 500, conns, set(), OPEN)
+        assert [(c.frames_sent, c.bytes_sent) for c in conns] == [(3, 100)] * 3
+        assert [read_available(p.recv) for p in sockets] == [b""] * 3
 
 
 @settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])

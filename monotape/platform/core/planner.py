@@ -76,14 +76,16 @@ class FramePlan:
 
 class _Window:
     """What rate k's terminals have not been sent since its previous boundary: per symbol the
-    record of its last change (``last``), and the symbols whose record cannot go as it is
-    (``again``: changed more than once, so the record's base is a version they skipped)."""
+    record of its last change (``last``), the symbols whose record cannot go as it is
+    (``again``: changed more than once, so the record's base is a version they skipped), and
+    those a previous boundary owed a full record the snapshots did not have (``retry``)."""
 
-    __slots__ = ("again", "last")
+    __slots__ = ("again", "last", "retry")
 
     def __init__(self) -> None:
         self.last: dict[int, bytes] = {}
         self.again: set[int] = set()
+        self.retry: set[int] = set()
 
 
 class Pacer:
@@ -115,14 +117,21 @@ class Pacer:
     A symbol that could not encode in some frame (``encode_frame``) is in no window: its next
     record names a base the group does not hold, and its k terminals see the gap its 25 Hz
     terminals see, and resubscribe. A rate starts gathering at the first frame planned while
-    some connection has it; one that no connection has any more is forgotten."""
+    some connection has it; one that no connection has any more is forgotten.
 
-    __slots__ = ("_reuse", "_windows", "snapshots")
+    A full record the snapshots do not have at a boundary (the ring's table holds only a
+    symbol's last two records, both newer than a writer process two frames behind) cannot be
+    replaced by the symbol's delta, whose base the group may not hold: the symbol stays owed,
+    is asked for again at the rate's next boundary, and each such miss counts in ``retried``.
+    Dropping it would leave its k terminals on a stale price with no gap to resubscribe on."""
+
+    __slots__ = ("_reuse", "_windows", "retried", "snapshots")
 
     def __init__(self, snapshots: Snapshots) -> None:
         self.snapshots = snapshots
         self._windows: dict[int, _Window] = {}  # k -> what changed since its last boundary
         self._reuse = isinstance(snapshots, SnapshotCache)  # exact: see above
+        self.retried = 0  # owed full records the snapshots lacked, put off to the next boundary
 
     def due(
         self, frame_no: int, chunks: Mapping[int, bytes], index: SubscriptionIndex
@@ -160,6 +169,9 @@ class Pacer:
     ) -> None:
         last = window.last
         again: AbstractSet[int] = window.again if self._reuse else last.keys()
+        retry = window.retry
+        if retry:  # owed since an earlier boundary: a full record whatever changed since
+            again = again | retry
         chunk = self.snapshots.chunk
         fresh = index.take_fresh(k)
         groups = index.rated_groups(k)
@@ -173,15 +185,23 @@ class Pacer:
             members = index.sorted_members(sig)
             joined = conns & fresh if fresh else None
             steady = conns - joined if joined else conns
-            if steady and last:
+            if steady and (last or retry):
                 records = [
-                    full[iid] if iid in again else last[iid] for iid in members if iid in last
+                    full[iid] if iid in again else last[iid]
+                    for iid in members
+                    if iid in last or iid in retry
                 ]
                 _append(payloads, frame_no, records, steady, sig)
             if joined:
+                # Everything it watches in full; a symbol the snapshots lack reaches it with
+                # the group's next record of that symbol (it is steady from now on).
                 _append(payloads, frame_no, [chunk(iid) for iid in members], joined, sig)
         last.clear()
         window.again.clear()
+        # Kept, not dropped: the next boundary asks the snapshots again (see the class doc).
+        missed = {iid for iid, record in full.items() if record is None}
+        window.retry = missed
+        self.retried += len(missed)
 
 
 def _append(

@@ -51,7 +51,7 @@ from monotape.platform.feeds.simulator import build_universe
 from monotape.platform.feeds.validate import TickGate
 from monotape.platform.feeds.venue_wire import VenueBatchCodec
 from monotape.platform.host.buses import role_bus
-from monotape.platform.host.lifeline import run_role, stop_on_signals, watch_host
+from monotape.platform.host.lifeline import ROLE_STOP_S, run_role, stop_on_signals, watch_host
 from monotape.platform.host.spec import RoleSpec
 from monotape.platform.host.telemetry import serve_metrics
 from monotape.platform.node.collectors import FeedCollector, IngestCollector
@@ -61,7 +61,6 @@ from monotape.platform.node.sources import HandlerPlan, build_handler, handler_p
 __all__ = ["EPOCH_CHECK_NS", "HandlerRole", "exit_now", "feed_path", "first_of_venue", "main"]
 
 EPOCH_CHECK_NS = 10_000_000  # a twin's bump is seen within 10 ms (the fence is 250 ms)
-STOP_DEADLINE_S = 2.0  # common.md: a role stops within 2 s of SIGTERM
 
 
 def feed_path(run_dir: str | Path, key: str) -> Path:
@@ -259,7 +258,7 @@ async def _serve(spec: RoleSpec, cfg: Config) -> int:
     finally:
         watcher.cancel()
         if isinstance(bus, NatsTickBus):
-            await bus.close(timeout=STOP_DEADLINE_S / 2)
+            await bus.close(timeout=ROLE_STOP_S / 2)
         else:
             bus.close()
     log_event(

@@ -11,9 +11,10 @@ reaches the host only, which stops the roles in order), with ``PR_SET_PDEATHSIG`
 so a role dies with the host even if the host is killed with SIGKILL (the role checks too).
 
 Stop: SIGTERM to each stage in reverse start order, waiting for it until ``host.stop_timeout_s``
-less what the stages after it are owed (``ROLE_STOP_S`` each), then SIGKILL what is left of it;
-one log line per stage. ``hurry()`` (a second Ctrl-C) SIGKILLs every
-role at once. Then the segments are unlinked and the run dir removed.
+less what the stages after it are owed (``ROLE_STOP_S`` each); ``ROLE_STOP_S`` before that, a
+second SIGTERM to what is left of it (a writer still draining cuts its drain short and stops
+within ``ROLE_STOP_S``), then SIGKILL what is still left; one log line per stage. ``hurry()`` (a
+second Ctrl-C) SIGKILLs every role at once. Then the segments are unlinked and the run dir removed.
 
 The decisions (what to start, backoff, reasons, order) are the process table's
 (supervisor.py); this module only moves processes, files and signals.
@@ -40,6 +41,7 @@ from monotape.platform.auth import TokenVerifier, build_verifier
 from monotape.platform.host.admin import Observer, build_host_admin_app
 from monotape.platform.host.aggregate import read_port
 from monotape.platform.host.interest import PriorityInterest
+from monotape.platform.host.lifeline import ROLE_STOP_S
 from monotape.platform.host.processes import (
     RUN_PREFIX,
     Command,
@@ -68,7 +70,6 @@ __all__ = ["Host"]
 
 HOST = "host"
 _TICK_S = 0.1  # how often the supervise loop looks for due starts and new port files
-ROLE_STOP_S = 2.0  # a role stops within this of SIGTERM (the roles' contract)
 
 
 class Host:
@@ -341,7 +342,16 @@ class Host:
             # A stage may use the whole deadline but what the stages after it are owed (a role
             # stops within ROLE_STOP_S): one that overstays never takes the sequencer's time.
             later = len(stages) - 1 - i
-            left = await self._wait_exited(names, deadline - reserve * later)
+            kill_at = deadline - reserve * later
+            # A busy writer's drain (a share of its terminals per step) can outlast the budget:
+            # told twice, it skips the rest of it and stops within ROLE_STOP_S, not SIGKILLed.
+            left = await self._wait_exited(names, kill_at - ROLE_STOP_S)
+            told_twice: list[str] = []
+            if left and not self._hurry.is_set():  # (after a hurry: SIGKILLed already)
+                told_twice = left
+                for name in told_twice:
+                    self._signal(name, signal.SIGTERM)
+                left = await self._wait_exited(told_twice, kill_at)
             for name in left:
                 self._signal(name, signal.SIGKILL)
             if left:
@@ -351,6 +361,7 @@ class Host:
                 process=HOST,
                 stage=role,
                 processes=names,
+                told_twice=told_twice,
                 killed=left,
                 seconds=round(time.monotonic() - started, 3),
             )

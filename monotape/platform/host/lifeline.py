@@ -36,6 +36,7 @@ from monotape.platform.host.spec import RoleSpec, load_config
 __all__ = [
     "HOST_CHECK_S",
     "PR_SET_PDEATHSIG",
+    "ROLE_STOP_S",
     "die_with_host",
     "host_gone",
     "prctl_function",
@@ -46,6 +47,9 @@ __all__ = [
 
 HOST_CHECK_S = 1.0  # how often a role checks its parent is still the host
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+# A role stops within this of SIGTERM (a writer: of its drain's end, or of a second SIGTERM);
+# the host budgets every stage's stop with it before it SIGKILLs.
+ROLE_STOP_S = 2.0
 
 
 def prctl_function() -> Callable[..., int] | None:
@@ -83,7 +87,8 @@ async def watch_host(host_pid: int, stop: asyncio.Event, every_s: float = HOST_C
 
 def stop_on_signals(stop: asyncio.Event) -> None:
     """SIGTERM and SIGINT set ``stop`` (on the running loop); a second one changes nothing: the
-    role is already stopping within its deadline, and the host SIGKILLs it past that."""
+    role is already stopping within ``ROLE_STOP_S``, and the host SIGKILLs it past that. (A
+    writer installs its own handlers: there a second one cuts its drain short.)"""
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError, RuntimeError):

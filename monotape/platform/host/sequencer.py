@@ -5,8 +5,8 @@ a host that admits ticks and publishes frames. Ticks arrive on the host's IPC bu
 ``run_dir/bus.sock``: this end binds it) or on NATS when ``cfg.bus == "nats"`` (as the one-process
 node subscribes); every batch is admitted by the lanes (``Sequencer.on_ticks``) and the applied
 ticks of symbols some writer's terminal holds in an order ticket go out at once as a PRIORITY
-entry. On the 40 ms grid of the monotonic clock (the same loop as the one-process node's
-``Pipeline.frame_loop``) the frame is taken, encoded once and published on the ring
+entry. On the 40 ms grid of the monotonic clock (``node/grid.py``: the one loop the one-process
+node's ``Pipeline.frame_loop`` runs too) the frame is taken, encoded once and published on the ring
 (``publisher.FramePublisher``); the writer processes read it from there.
 
 The host creates the ring and the interest segments and owns their unlink; this role attaches
@@ -43,13 +43,12 @@ from monotape.log import log_event
 from monotape.platform.bus.ipc_collector import LinkCollector
 from monotape.platform.bus.nats_bus import NatsTickBus
 from monotape.platform.bus.nats_collector import NatsBusCollector
-from monotape.platform.core.conflation import due_boundary
 from monotape.platform.core.sequencer import Sequencer
 from monotape.platform.core.stamps import StageStamps
 from monotape.platform.feeds.validate import TickGate
 from monotape.platform.host.buses import role_bus
 from monotape.platform.host.interest import PriorityInterest
-from monotape.platform.host.lifeline import run_role, stop_on_signals, watch_host
+from monotape.platform.host.lifeline import ROLE_STOP_S, run_role, stop_on_signals, watch_host
 from monotape.platform.host.publisher import FramePublisher, seed
 from monotape.platform.host.spec import RoleSpec
 from monotape.platform.host.telemetry import serve_metrics
@@ -63,7 +62,8 @@ from monotape.platform.node.collectors import (
     StageLatencyCollector,
 )
 from monotape.platform.node.failures import StageFailures
-from monotape.platform.node.rotation import HistogramRotation, sleep_until
+from monotape.platform.node.grid import run_frame_grid
+from monotape.platform.node.rotation import HistogramRotation
 from monotape.platform.node.sources import universe_of
 from monotape.platform.ring.collector import RingProducerCollector
 from monotape.platform.ring.shm import ShmRing
@@ -75,8 +75,6 @@ if TYPE_CHECKING:
     from monotape.platform.bus.ipc import IpcTickBus
 
 __all__ = ["SequencerRole", "main"]
-
-STOP_DEADLINE_S = 2.0  # common.md: a role stops within 2 s of SIGTERM
 
 
 class SequencerRole:
@@ -174,22 +172,9 @@ class SequencerRole:
         self.framed_ticks += self.stamps.framed(boundary, published, offset)
 
     async def frame_loop(self) -> None:
-        # Pipeline.frame_loop's grid: boundaries on the monotonic clock's 40 ms grid; an overdue
-        # one goes at once (due_boundary says why), never twice, never before its time.
-        last = 0
-        now_ns = self.clock.now_ns
-        while True:
-            boundary = due_boundary(now_ns(), last, self.frame_ns)
-            if boundary > now_ns():
-                await sleep_until(now_ns, boundary)
-                boundary = due_boundary(now_ns(), last, self.frame_ns)
-            else:
-                await asyncio.sleep(0)
-            last = boundary
-            try:
-                self.frame(boundary)
-            except Exception as exc:  # one frame is lost, not the tape: writers see a gap
-                self.failures.record("frame", exc, boundary_ns=boundary)
+        # The one-process node's grid (node/grid.py): an overdue boundary at once, never twice,
+        # never early; a frame that raises is one frame lost (writers see a gap), not the tape.
+        await run_frame_grid(self.clock.now_ns, self.frame_ns, self.frame, self.failures)
 
     # -- lifecycle -----------------------------------------------------------------------------
     async def run(self) -> int:
@@ -241,11 +226,11 @@ class SequencerRole:
                 await t
         with contextlib.suppress(Exception):
             if self.nats_bus is not None:
-                await asyncio.wait_for(self.nats_bus.close(timeout=0.5), STOP_DEADLINE_S / 2)
+                await asyncio.wait_for(self.nats_bus.close(timeout=0.5), ROLE_STOP_S / 2)
             if self.ipc_bus is not None:
                 self.ipc_bus.close()
         with contextlib.suppress(Exception):
-            await self.rotation.settle(STOP_DEADLINE_S / 4)
+            await self.rotation.settle(ROLE_STOP_S / 4)
             self.rotation.rotate_now(final=True)  # every value lands
         self.hdr_writer.close()
         self.ring.close(unlink=False)  # the host owns the segment

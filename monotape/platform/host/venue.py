@@ -41,7 +41,7 @@ from monotape.platform.feeds.epochs import MemoryEpochStore
 from monotape.platform.feeds.venue_wire import VenueBatchCodec, per_venue
 from monotape.platform.host.buses import role_bus
 from monotape.platform.host.handler import exit_now, feed_path
-from monotape.platform.host.lifeline import run_role, stop_on_signals, watch_host
+from monotape.platform.host.lifeline import ROLE_STOP_S, run_role, stop_on_signals, watch_host
 from monotape.platform.host.spec import RoleSpec
 from monotape.platform.host.telemetry import serve_metrics
 from monotape.platform.node.collectors import IngestCollector
@@ -50,8 +50,6 @@ from monotape.platform.node.pipeline import PUMP_INTERVAL_S
 from monotape.platform.node.sources import build_sources, handler_plans
 
 __all__ = ["VenueRole", "main"]
-
-STOP_DEADLINE_S = 2.0  # common.md: a role stops within 2 s of SIGTERM
 
 
 class VenueRole:
@@ -167,7 +165,7 @@ async def _serve(spec: RoleSpec, cfg: Config) -> int:
         watcher.cancel()
         role.close()
         if isinstance(bus, NatsTickBus):
-            await bus.close(timeout=STOP_DEADLINE_S / 2)
+            await bus.close(timeout=ROLE_STOP_S / 2)
         elif isinstance(bus, IpcTickBus):
             bus.close()
     dropped = {c.link: sum(c.dropped_items.values()) for c in role.links}

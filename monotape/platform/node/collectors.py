@@ -25,6 +25,7 @@ from prometheus_client.registry import Collector
 
 from monotape import metric_names as m
 from monotape.histograms.gc import GENERATIONS
+from monotape.metric_families import counter_family as _counter
 
 if TYPE_CHECKING:
     from monotape.histograms import Percentiles, StageBuckets
@@ -51,10 +52,6 @@ __all__ = [
     "StageDurationCollector",
     "StageLatencyCollector",
 ]
-
-
-def _counter(name: str, doc: str, value: float) -> CounterMetricFamily:
-    return CounterMetricFamily(m.counter_base(name), doc, value=value)
 
 
 def _labelled_counter(

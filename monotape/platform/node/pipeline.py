@@ -22,7 +22,6 @@ from monotape.config import FeedConfig
 from monotape.histograms.gc import GcMonitor
 from monotape.log import log_event
 from monotape.platform.bus.memory import TickBus
-from monotape.platform.core.conflation import due_boundary
 from monotape.platform.core.gc_policy import FreezeAction, FreezePolicy
 from monotape.platform.core.sequencer import Sequencer
 from monotape.platform.core.stamps import StageStamps
@@ -31,7 +30,7 @@ from monotape.platform.feeds.replay import ReplayAdapter
 from monotape.platform.feeds.simulator import VenueSimulator, VenueUpdate
 from monotape.platform.model import Tick
 from monotape.platform.node.failures import StageFailures
-from monotape.platform.node.rotation import sleep_until
+from monotape.platform.node.grid import run_frame_grid
 from monotape.platform.server.endpoint import FanoutServer
 
 __all__ = ["PUMP_INTERVAL_S", "GcUpkeep", "Pipeline"]
@@ -135,27 +134,9 @@ class Pipeline:
             await asyncio.sleep(PUMP_INTERVAL_S)
 
     async def frame_loop(self) -> None:
-        # Boundaries sit on a fixed grid of the monotonic clock. An overdue one (the last frame
-        # overran its 40 ms, or the loop woke late) is published at once, after one pass of the
-        # loop for pending I/O (due_boundary says why); lateness never accumulates. An early
-        # wake-up (uvloop's timers fire up to ~1 ms early) waits out the rest: a frame is never
-        # taken before its boundary, and never twice for one boundary.
-        last = 0
-        while True:
-            boundary = due_boundary(self.clock.now_ns(), last, self.frame_ns)
-            if boundary > self.clock.now_ns():
-                await sleep_until(self.clock.now_ns, boundary)
-                # woken late: the newest passed boundary, not this one and then the next at once
-                boundary = due_boundary(self.clock.now_ns(), last, self.frame_ns)
-            else:
-                await asyncio.sleep(0)
-            last = boundary
-            try:
-                self.frame(boundary)
-            except Exception as exc:
-                # One frame is lost, not the tape: terminals whose chain it broke see a gap on
-                # the next frame and get a snapshot (docs/wire.md), everyone else carries on.
-                self.failures.record("frame", exc, boundary_ns=boundary)
+        # node/grid.py: on the monotonic clock's 40 ms grid, an overdue boundary at once, never
+        # twice, never early; a frame that raises is one frame lost, not the tape.
+        await run_frame_grid(self.clock.now_ns, self.frame_ns, self.frame, self.failures)
 
     async def heartbeat_loop(self) -> None:
         while True:

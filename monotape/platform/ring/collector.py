@@ -10,13 +10,10 @@ from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from monotape import metric_names as m
+from monotape.metric_families import counter_family as _counter
 from monotape.platform.ring.protocol import ProducerCounters, ReaderCounters
 
 __all__ = ["RingProducerCollector", "RingReaderCollector"]
-
-
-def _counter(name: str, doc: str, value: int) -> CounterMetricFamily:
-    return CounterMetricFamily(m.counter_base(name), doc, value=value)
 
 
 class RingProducerCollector(Collector):

@@ -12,8 +12,10 @@ This relies on stores becoming visible in program order and loads not passing lo
 x86-64 (TSO) gives; CPython cannot express fences, so on a weakly ordered CPU the re-check is not
 a proof. The producer is the only writer of every word except a reader's own pid word. The
 snapshot table uses the same protocol per slot (a put bumps the slot's word odd, writes, even);
-a reader takes both of an iid's words, copies, and re-checks both, so the two records it chose
-from were there together.
+a reader takes both of an iid's words, picks a slot by their tags, copies that one, and
+re-checks that slot's word only (``table.copy_slot``): a moved word means a put overwrote the
+copy, so it reads again. The other slot may change meanwhile; that is harmless, since only the
+chosen slot's record is returned, and it was whole when the word was even both times.
 
 The snapshot table's slots (two per iid, tagged with their frame's entry) are ``table``'s.
 """

@@ -268,15 +268,49 @@ done:
    non-blocking send per eligible socket; then, with the GIL, frames_sent += 1 and
    bytes_sent += len(payload) on each connection the kernel took bytes from or that would
    block (its rest goes to the transport: Python counts it back if that write fails), counted
-   in the eligibility pass and taken back for a refused send. Only the
+   in the eligibility pass and taken back for a refused send (both counters or neither). Once
+   the sends ran the report always comes back: an error while counting back is reported as
+   unraisable, not raised, since a partial send's rest must reach its transport (else its
+   WebSocket frame stays truncated); only a MemoryError building the report itself is raised,
+   after the connections that fell short were cut (closing = True, transport.abort()). The
+   connections counted on are held by reference until the end, so a list that an attribute's
+   own Python edits can neither free one under us nor point the count-back at another. Only the
    exceptions come back, so a group where every terminal took the bytes costs Python nothing
    per terminal: (i, 0, -1) not eligible (Python takes its ordered path), else as send_many. */
 static PyObject *s_closing, *s_protocol, *s_state, *s_private_state, *s_conn_id, *s_fd;
 static PyObject *s_transport;
 static PyObject *s_get_write_buffer_size, *s_is_closing, *s_frames_sent, *s_bytes_sent, *s_one;
-static PyObject *s_minus_one;
+static PyObject *s_minus_one, *s_abort;
 
 #define NOT_ELIGIBLE (-1)
+#define SHORT (-1) /* an fd slot after the sends: that connection fell short */
+
+/* The pending exception, put aside while cleanup runs Python code, then put back. */
+typedef struct {
+    PyObject *type, *value, *tb;
+} saved_error;
+
+static saved_error
+save_error(void)
+{
+    saved_error e = {NULL, NULL, NULL};
+#if PY_VERSION_HEX >= 0x030C0000
+    e.value = PyErr_GetRaisedException();
+#else
+    PyErr_Fetch(&e.type, &e.value, &e.tb);
+#endif
+    return e;
+}
+
+static void
+restore_error(saved_error e)
+{
+#if PY_VERSION_HEX >= 0x030C0000
+    PyErr_SetRaisedException(e.value);
+#else
+    PyErr_Restore(e.type, e.value, e.tb);
+#endif
+}
 
 /* 1: eligible (its fd in *fd), 0: not, -1: an exception (set). */
 static int
@@ -382,6 +416,48 @@ add_to(PyObject *conn, PyObject *name, PyObject *amount)
     return r;
 }
 
+/* Count one frame of `size` bytes on conn (sign +1) or take it back (sign -1), both counters or
+   neither: a bytes_sent that fails after frames_sent took its step takes that step back. */
+static int
+count_frame(PyObject *conn, int sign, PyObject *size_obj, PyObject *minus_size)
+{
+    PyObject *frames = sign > 0 ? s_one : s_minus_one;
+    if (add_to(conn, s_frames_sent, frames) < 0) {
+        return -1;
+    }
+    if (add_to(conn, s_bytes_sent, sign > 0 ? size_obj : minus_size) == 0) {
+        return 0;
+    }
+    saved_error saved = save_error();
+    if (add_to(conn, s_frames_sent, sign > 0 ? s_minus_one : s_one) < 0) {
+        PyErr_WriteUnraisable(conn); /* a second failure: the counter stays off by one */
+    }
+    restore_error(saved);
+    return -1;
+}
+
+/* A connection whose short send cannot be reported: mark it closing and abort its transport
+   (connection_lost tears it down) rather than leave a truncated frame on its stream. Errors are
+   swallowed: this runs only while a MemoryError is on its way to the caller. */
+static void
+cut(PyObject *conn)
+{
+    if (PyObject_SetAttr(conn, s_closing, Py_True) < 0) {
+        PyErr_Clear();
+    }
+    PyObject *transport = PyObject_GetAttr(conn, s_transport);
+    if (transport == NULL) {
+        PyErr_Clear();
+        return;
+    }
+    PyObject *r = PyObject_CallMethodNoArgs(transport, s_abort);
+    Py_DECREF(transport);
+    if (r == NULL) {
+        PyErr_Clear();
+    }
+    Py_XDECREF(r);
+}
+
 static PyObject *
 send_group(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
 {
@@ -393,9 +469,9 @@ send_group(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
     void *block = NULL;
     shortfall *rec;
     int *fds;
-    Py_ssize_t *which; /* the connection index of each fd */
+    Py_ssize_t *which;   /* the connection index of each fd */
+    PyObject **held = NULL; /* a strong reference to the connection of each fd */
     Py_ssize_t n, nfds = 0, nrec = 0, k;
-    int held = 0;
 
     if (nargs != 4) {
         PyErr_Format(PyExc_TypeError, "send_group() takes exactly 4 arguments (%zd given)", nargs);
@@ -410,7 +486,6 @@ send_group(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
     if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) {
         return NULL;
     }
-    held = 1;
     seq = PySequence_Fast(args[1], "conns must be a sequence of connections");
     if (seq == NULL) {
         goto done;
@@ -421,30 +496,34 @@ send_group(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
         goto done;
     }
     if ((size_t)n > ((size_t)PY_SSIZE_T_MAX) /
-                        (sizeof(shortfall) + sizeof(int) + sizeof(Py_ssize_t))) {
+                        (sizeof(shortfall) + sizeof(PyObject *) + sizeof(Py_ssize_t) +
+                         sizeof(int))) {
         PyErr_NoMemory();
         goto done;
     }
-    block = PyMem_RawMalloc((size_t)n * (sizeof(shortfall) + sizeof(Py_ssize_t) + sizeof(int)));
+    /* Records first (the stricter alignment), then the held connections, the indexes, the fds. */
+    block = PyMem_RawMalloc((size_t)n * (sizeof(shortfall) + sizeof(PyObject *) +
+                                         sizeof(Py_ssize_t) + sizeof(int)));
     if (block == NULL) {
         PyErr_NoMemory();
         goto done;
     }
     rec = (shortfall *)block;
-    which = (Py_ssize_t *)(rec + n);
+    held = (PyObject **)(rec + n);
+    which = (Py_ssize_t *)(held + n);
     fds = (int *)(which + n);
     size_obj = PyLong_FromSsize_t(view.len);
     minus_size = PyLong_FromSsize_t(-view.len);
     if (size_obj == NULL || minus_size == NULL) {
-        goto done;
+        goto take_back;
     }
-    /* The eligibility pass: the items are held by seq (a tuple or list we own a reference to,
-       or the caller's list: nothing below runs code that could edit it but an attribute's own
-       Python, so re-read the size each step). */
+    /* The eligibility pass. With the caller's list, an attribute's own Python may edit it:
+       re-read the size each step, and hold every connection we count on (held[]), so the
+       counting back after the sends neither reads the list again nor meets a freed object. */
     for (Py_ssize_t i = 0; i < n; i++) {
         if (PySequence_Fast_GET_SIZE(seq) != n) {
             PyErr_SetString(PyExc_RuntimeError, "conns changed size while being read");
-            goto done;
+            goto take_back;
         }
         PyObject *conn = Py_NewRef(PySequence_Fast_GET_ITEM(seq, i));
         int fd = -1;
@@ -464,11 +543,11 @@ send_group(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
         }
         /* Counted now, while the object is in the cache (a second pass after the sends would
            meet it evicted by the kernel's work); a refused send takes it back below. */
-        if (add_to(conn, s_frames_sent, s_one) < 0 || add_to(conn, s_bytes_sent, size_obj) < 0) {
+        if (count_frame(conn, +1, size_obj, minus_size) < 0) {
             Py_DECREF(conn);
             goto take_back;
         }
-        Py_DECREF(conn);
+        held[nfds] = conn;
         fds[nfds] = fd;
         which[nfds] = i;
         nfds++;
@@ -493,55 +572,57 @@ send_group(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
         nshort++;
     }
     Py_END_ALLOW_THREADS
-    /* The shortfalls by connection index; a refused send takes its count back (a partial or
-       EAGAIN keeps it: its rest goes to the transport). */
+    /* From here on bytes are on the wire: whatever fails, the report goes back. A refused send
+       takes its count back (a partial or EAGAIN keeps it: its rest goes to the transport); a
+       take-back that raises is reported as unraisable and its counter stays off by one. */
     for (Py_ssize_t s = 0; s < nshort; s++) {
         int err = sent_rec[s].err;
-        Py_ssize_t i = which[sent_rec[s].index];
-        sent_rec[s].index = i;
+        Py_ssize_t f = sent_rec[s].index;
+        sent_rec[s].index = which[f];
+        fds[f] = SHORT; /* the fds are spent: mark who fell short, for cut() below */
         if (err == 0 || err == EAGAIN || err == EWOULDBLOCK) {
             continue;
         }
-        if (PySequence_Fast_GET_SIZE(seq) != n) { /* a setter edited the caller's list */
-            PyErr_SetString(PyExc_RuntimeError, "conns changed size while being counted");
-            goto done;
-        }
-        PyObject *conn = PySequence_Fast_GET_ITEM(seq, i);
-        if (add_to(conn, s_frames_sent, s_minus_one) < 0 ||
-            add_to(conn, s_bytes_sent, minus_size) < 0) {
-            goto done;
+        if (count_frame(held[f], -1, size_obj, minus_size) < 0) {
+            PyErr_WriteUnraisable(held[f]);
         }
     }
     nrec += nshort;
-    result = nrec == 0 ? Py_NewRef(Py_None) : build_result(rec, nrec);
+    if (nrec == 0) {
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    result = build_result(rec, nrec);
+    if (result == NULL) {
+        /* No memory for the report: the terminals that fell short cannot be told their rest,
+           so their streams are cut (transport.abort(): connection_lost tears them down) rather
+           than left with a truncated frame; the MemoryError goes to the caller. */
+        saved_error saved = save_error();
+        for (k = 0; k < nfds; k++) {
+            if (fds[k] == SHORT) {
+                cut(held[k]);
+            }
+        }
+        restore_error(saved);
+    }
     goto done;
 
 take_back: /* an exception before any send: nothing was sent, so nothing stays counted */
     {
-#if PY_VERSION_HEX >= 0x030C0000
-        PyObject *exc = PyErr_GetRaisedException();
-#else
-        PyObject *type, *exc, *tb;
-        PyErr_Fetch(&type, &exc, &tb);
-#endif
-        for (k = 0; k < nfds && PySequence_Fast_GET_SIZE(seq) == n; k++) {
-            PyObject *conn = PySequence_Fast_GET_ITEM(seq, which[k]);
-            if (add_to(conn, s_frames_sent, s_minus_one) < 0 ||
-                add_to(conn, s_bytes_sent, minus_size) < 0) {
-                PyErr_Clear();
+        saved_error saved = save_error();
+        for (k = 0; k < nfds; k++) {
+            if (count_frame(held[k], -1, size_obj, minus_size) < 0) {
+                PyErr_WriteUnraisable(held[k]);
             }
         }
-#if PY_VERSION_HEX >= 0x030C0000
-        PyErr_SetRaisedException(exc);
-#else
-        PyErr_Restore(type, exc, tb);
-#endif
+        restore_error(saved);
     }
 
 done:
-    if (held) {
-        PyBuffer_Release(&view);
+    for (k = 0; k < nfds; k++) {
+        Py_DECREF(held[k]);
     }
+    PyBuffer_Release(&view);
     PyMem_RawFree(block);
     Py_XDECREF(size_obj);
     Py_XDECREF(minus_size);
@@ -593,6 +674,7 @@ sendmany_exec(PyObject *module)
         {&s_is_closing, "is_closing"},
         {&s_frames_sent, "frames_sent"},
         {&s_bytes_sent, "bytes_sent"},
+        {&s_abort, "abort"},
     };
     if (s_one == NULL && (s_one = PyLong_FromLong(1)) == NULL) {
         return -1;

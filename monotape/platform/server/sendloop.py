@@ -13,7 +13,9 @@ reason (``send_error_reason``), after the loop.
 
 A frame's payloads take ``send_frame``: per signature the connection objects are kept in a
 tuple (rebuilt only when the index's connection set for it is another one: the planner hands
-the index's own frozenset, replaced on every subscribe, unsubscribe and teardown), and one
+the index's own frozenset, replaced on every subscribe, unsubscribe and teardown; a max_hz rate
+group's set, a fresh copy at each boundary, is kept apart under its signature and members, so
+the boundaries rebuild neither it nor the 25 Hz tuple of the same signature), and one
 ``send_group`` call per payload does the eligibility test, the sends and the counters in C
 (server/sendmany.py), so a payload that every terminal took costs O(1) Python, not
 O(terminals); only the exceptions (not eligible, partial, EAGAIN, an errno) come back here.
@@ -23,7 +25,7 @@ from __future__ import annotations
 
 import errno
 import socket
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from collections.abc import Set as AbstractSet
 from typing import Final, TypeAlias
 
@@ -62,6 +64,9 @@ _TCP_INFO: Final = getattr(socket, "TCP_INFO", 0)
 # A signature's connection tuple unused for this many frames (1 s at 25 Hz) is dropped: it
 # holds its connections' objects alive.
 _KEEP_FRAMES: Final = 25
+# What a connection tuple is kept under: the signature for the index's own frozenset (25 Hz),
+# (signature, its members) for a rate group's set.
+_GroupKey: TypeAlias = "int | tuple[int, frozenset[int]]"
 # (connection id, why): the sockets that failed in a loop, torn down after it
 Failed: TypeAlias = list[tuple[int, Disconnect]]
 # The writer's ordered path for one terminal (ring, gap, closing): True when written now.
@@ -99,8 +104,8 @@ class SendLoop:
     ) -> None:
         self.send_many = send_many  # the extension's; tests may pass the Python twin
         self.send_group = group_via(send_many)
-        # signature -> (the connection-id set it was built from, its connections, last frame)
-        self._groups: dict[int, tuple[AbstractSet[int], tuple[Connection, ...], int]] = {}
+        # group key -> (the connection-id set it was built from, its connections, last frame)
+        self._groups: dict[_GroupKey, tuple[AbstractSet[int], tuple[Connection, ...], int]] = {}
         self._frames = 0
         self.terminals = terminals
         self.high_water = high_water
@@ -143,9 +148,6 @@ class SendLoop:
           it has drained.
         - TLS: never (``Connection.fd`` is -1: the socket carries records, not our bytes)."""
         connections = self.terminals.connections
-        behind = self.terminals.behind
-        high_water = self.high_water
-        deliver = self.deliver
         size = len(wire)
         fds: list[int] = []
         batch: list[Connection] = []
@@ -154,37 +156,16 @@ class SendLoop:
             conn = connections.get(cid)
             if conn is None:
                 continue
-            if cid in behind or conn.closing or conn.protocol.state is not OPEN:
-                if deliver(conn, wire, failed):
-                    count += 1
-                    if stamp is not None:
-                        stamp(1)
-                continue
-            transport = conn.transport
-            queued = transport.get_write_buffer_size()
-            if queued > high_water:
-                if deliver(conn, wire, failed):
-                    count += 1
-                    if stamp is not None:
-                        stamp(1)
-                continue
-            if queued or conn.fd < 0 or transport.is_closing():
-                try:  # the transport path: its buffer holds bytes, or the fd is not ours to use
-                    transport.write(wire)
-                except Exception:  # the uvloop write-after-eof trap: this connection only
-                    conn.closing = True
-                    failed.append((cid, Disconnect.WRITE_ERROR))
-                    continue
-                conn.frames_sent += 1
+            written = self._ordered(cid, conn, wire, failed, may_send=True)
+            if written is None:  # behind its transport's back: gathered for send_many
+                fds.append(conn.fd)
+                batch.append(conn)
+                conn.frames_sent += 1  # counted now; a refused send takes it back (_hand_off)
                 conn.bytes_sent += size
+            elif written:
                 count += 1
                 if stamp is not None:
                     stamp(1)
-                continue
-            fds.append(conn.fd)
-            batch.append(conn)
-            conn.frames_sent += 1  # counted now; a refused send takes it back (_hand_off)
-            conn.bytes_sent += size
         if not fds:
             return count
         try:
@@ -196,7 +177,7 @@ class SendLoop:
             raise
         sent = len(fds)
         if shortfalls is not None:
-            sent -= self._hand_off(wire, shortfalls, batch, failed)
+            sent -= self._hand_off(wire, shortfalls, batch, failed, counted_refused=True)
         self.writes += len(fds)
         if stamp is not None and sent:
             stamp(sent)
@@ -206,44 +187,36 @@ class SendLoop:
         """``wire`` to the connections of ``conn_ids`` (signature ``sig``'s, or a rate
         group's): one ``send_group`` call; returns how many were written now (kernel or
         transport). The terminals that are not eligible take ``send``'s per-terminal path."""
-        entry = self._groups.get(sig)
-        frame = self._frames
-        if entry is None or (entry[0] is not conn_ids and entry[0] != conn_ids):
+        groups = self._groups
+        key: _GroupKey
+        if isinstance(conn_ids, frozenset):  # the index's own set: replaced on every change
+            key = sig
+            entry = groups.get(key)
+            stale = entry is None or (entry[0] is not conn_ids and entry[0] != conn_ids)
+        else:  # a rate group's copy, new at each boundary: its members are the key, so it
+            key = (sig, frozenset(conn_ids))  # neither evicts the 25 Hz tuple nor is rebuilt
+            entry = groups.get(key)
+            stale = entry is None
+        if entry is None or stale:
             connections = self.terminals.connections
             conns = tuple(c for c in map(connections.get, conn_ids) if c is not None)
         else:
             conns = entry[1]
-        self._groups[sig] = (conn_ids, conns, frame)
+        groups[key] = (conn_ids, conns, self._frames)
         shortfalls = self.send_group(wire, conns, self.terminals.behind, OPEN)
         if shortfalls is None:
             self.writes += len(conns)
             return len(conns)
         count = len(conns) - len(shortfalls)
-        size = len(wire)
-        eligible = len(conns)
-        for index, sent, err in shortfalls:
-            conn = conns[index]
-            if err == NOT_ELIGIBLE:
-                eligible -= 1
-                count += self._one(conn, wire, failed)
-                continue
-            if not err or err in _WOULD_BLOCK:
-                self.handoffs += 1
-                self.partials += sent > 0
-                try:
-                    conn.transport.write(wire[sent:] if sent else wire)
-                    count += 1
-                    continue
-                except Exception:  # the uvloop write-after-eof trap: this connection only
-                    reason = Disconnect.WRITE_ERROR
-                conn.frames_sent -= 1  # counted by send_group
-                conn.bytes_sent -= size
-            else:  # refused: send_group counted nothing
-                self.failures += 1
-                reason = send_error_reason(err, conn.fd)
-            conn.closing = True  # nothing more for it until the loop's teardowns run
-            failed.append((conn.conn_id, reason))
-        self.writes += eligible
+        short: list[Shortfall] = []
+        for item in shortfalls:
+            if item[2] == NOT_ELIGIBLE:
+                count += self._one(conns[item[0]], wire, failed)
+            else:
+                short.append(item)
+        self.writes += len(conns) - (len(shortfalls) - len(short))
+        if short:  # send_group counted the partial and blocked ones, not the refused ones
+            count += len(short) - self._hand_off(wire, short, conns, failed, counted_refused=False)
         return count
 
     def end_frame(self) -> None:
@@ -260,32 +233,51 @@ class SendLoop:
         cid = conn.conn_id
         if self.terminals.connections.get(cid) is not conn:
             return 0
+        return int(bool(self._ordered(cid, conn, wire, failed, may_send=False)))
+
+    def _ordered(
+        self, cid: int, conn: Connection, wire: bytes, failed: Failed, *, may_send: bool
+    ) -> bool | None:
+        """One terminal's path: the writer's ordered one when it is behind, closing, not open
+        or over the high-water mark; else the transport when its buffer holds bytes, the fd is
+        not ours to use or ``may_send`` is False; else None: it may be sent behind the
+        transport's back. True when written now (handed to the kernel or the transport)."""
         if cid in self.terminals.behind or conn.closing or conn.protocol.state is not OPEN:
-            return int(self.deliver(conn, wire, failed))
+            return self.deliver(conn, wire, failed)
         transport = conn.transport
         queued = transport.get_write_buffer_size()
         if queued > self.high_water:
-            return int(self.deliver(conn, wire, failed))
+            return self.deliver(conn, wire, failed)
+        if may_send and not queued and conn.fd >= 0 and not transport.is_closing():
+            return None
         try:  # the transport path: its buffer holds bytes, or the fd is not ours to use
             transport.write(wire)
         except Exception:  # the uvloop write-after-eof trap: this connection only
             conn.closing = True
             failed.append((cid, Disconnect.WRITE_ERROR))
-            return 0
+            return False
         conn.frames_sent += 1
         conn.bytes_sent += len(wire)
-        return 1
+        return True
 
     def _hand_off(
-        self, wire: bytes, shortfalls: list[Shortfall], batch: list[Connection], failed: Failed
+        self,
+        wire: bytes,
+        shortfalls: list[Shortfall],
+        conns: Sequence[Connection],
+        failed: Failed,
+        *,
+        counted_refused: bool,
     ) -> int:
-        """The terminals ``send_many`` left short: the exact rest of the payload to the
-        transport (whose buffer was empty: it follows the kernel's part directly), or, for a
-        send the kernel refused, a teardown after the loop. Returns how many got nothing."""
+        """The terminals a send left short: the exact rest of the payload to the transport
+        (whose buffer was empty: it follows the kernel's part directly), or, for a send the
+        kernel refused, a teardown after the loop. A part or nothing handed on was counted by
+        the send; a refused one only by ``send`` (``counted_refused``), not by ``send_group``:
+        every count of a terminal that got nothing is taken back. Returns how many got nothing."""
         lost = 0
         size = len(wire)
         for index, sent, err in shortfalls:
-            conn = batch[index]
+            conn = conns[index]
             if not err or err in _WOULD_BLOCK:
                 self.handoffs += 1
                 self.partials += sent > 0
@@ -294,12 +286,15 @@ class SendLoop:
                     continue
                 except Exception:  # the uvloop write-after-eof trap: this connection only
                     reason = Disconnect.WRITE_ERROR
+                counted = True
             else:
                 self.failures += 1
                 reason = send_error_reason(err, conn.fd)
+                counted = counted_refused
             conn.closing = True  # nothing more for it until the loop's teardowns run
-            conn.frames_sent -= 1
-            conn.bytes_sent -= size
+            if counted:
+                conn.frames_sent -= 1
+                conn.bytes_sent -= size
             failed.append((conn.conn_id, reason))
             lost += 1
         return lost

@@ -28,7 +28,9 @@ buffer empty and not closing) runs in C, then one send per eligible socket, then
 ``frames_sent``/``bytes_sent`` are counted on every connection written or handed off (a partial
 or EAGAIN: its rest goes to the transport), so only the exceptions reach Python:
 ``(i, 0, NOT_ELIGIBLE)`` (the ordered Python path), else as ``send_many``, indexed by connection.
-``group_via(send_many)`` is its pure-Python twin over any ``send_many``.
+Once the sends ran the report always comes back: an error counting (a connection's own Python)
+is reported through ``sys.unraisablehook``, since a partial send's rest must still reach its
+transport. ``group_via(send_many)`` is its pure-Python twin over any ``send_many``.
 
 ``python_send_many`` is the fallback with the same API and results (a socket object wrapped
 around each fd for one ``sendmsg``); ``NATIVE`` says whether the extension was built, and
@@ -42,8 +44,10 @@ import errno
 import operator
 import socket
 import sys
+import traceback
 from collections.abc import Callable, Iterable, Sequence, Sized
 from collections.abc import Set as AbstractSet
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 if TYPE_CHECKING:
@@ -204,6 +208,7 @@ def group_via(send_many: SendMany) -> SendGroup:
         out: list[Shortfall] = []
         fds: list[int] = []
         which: list[int] = []
+        held: list[Any] = []  # the connections sent to, whatever a setter does to conns
         for i, conn in enumerate(conns):
             transport = conn.transport
             if (
@@ -218,6 +223,7 @@ def group_via(send_many: SendMany) -> SendGroup:
                 continue
             fds.append(conn.fd)
             which.append(i)
+            held.append(conn)
         if not fds or not payload:
             return out or None
         short = {k: (sent, err) for k, sent, err in send_many(payload, fds) or ()}
@@ -228,11 +234,30 @@ def group_via(send_many: SendMany) -> SendGroup:
                 out.append((i, *got))
                 if got[1] and got[1] not in _WOULD_BLOCK:
                     continue  # refused: counts nothing
-            conns[i].frames_sent += 1
-            conns[i].bytes_sent += size
+            conn = held[k]
+            try:  # bytes are on the wire: an error here must not swallow the report
+                conn.frames_sent += 1
+                conn.bytes_sent += size
+            except Exception as exc:
+                _unraisable(exc, conn)
         return out or None
 
     return send_group
+
+
+def _unraisable(exc: BaseException, conn: object) -> None:
+    """Report ``exc`` the way the extension reports an error it cannot raise."""
+    args: Any = SimpleNamespace(
+        exc_type=type(exc),
+        exc_value=exc,
+        exc_traceback=exc.__traceback__,
+        err_msg="Exception ignored counting a send_group send on",
+        object=conn,
+    )
+    try:
+        sys.unraisablehook(args)
+    except TypeError:  # the default hook takes only its own (private) argument type
+        traceback.print_exception(exc, file=sys.stderr)
 
 
 def choose(native: bool) -> SendMany:

@@ -282,22 +282,13 @@ class Writer:
         Each write handed to the kernel now gives one ``priority`` value, written time minus
         ``tick.admitted_ns``; an update queued in a slow terminal's ring gives none (as for
         ``write``: the ring holds bytes, not admitted times)."""
-        terminals = self.terminals
-        index = terminals.index
+        index = self.terminals.index
         has_priority = index.has_priority
-        now_ns = self.clock.now_ns
-        latencies = self._priority_ns
-        written = Delivery.WRITTEN
         failed: Failed = []
-        sendloop = self.sendloop
-        connections = terminals.connections
         try:
             for tick in applied:
                 if not has_priority(tick.iid):  # the common case: no order ticket holds it
                     continue
-                targets = index.priority_connections(tick.iid)  # a copy
-                if failed:  # rare: failed on an earlier tick of this batch, torn down after it
-                    targets.difference_update(cid for cid, _ in failed)
                 try:
                     wire = codec.ws_binary_frame(
                         codec.encode_priority(codec.encode_full_record(tick))
@@ -306,24 +297,36 @@ class Writer:
                     if self.failures is not None:
                         self.failures.record("priority", exc, iid=tick.iid)
                     continue
-                admitted = tick.admitted_ns
-                if sendloop is not None:
-                    stamp = functools.partial(self._priority_written, admitted)
-                    sendloop.send(wire, targets, failed, stamp)
-                    terminals.stats.priority_sent += sum(1 for c in targets if c in connections)
-                    continue
-                for cid in targets:
-                    conn = connections.get(cid)
-                    if conn is not None:
-                        if self._deliver(conn, wire, failed) is written:
-                            n = self._priority_n
-                            latencies[n] = now_ns() - admitted
-                            self._priority_n = n + 1
-                            if n + 1 == PRIORITY_BUFFER:  # bounded: a burst is handed on early
-                                self.flush_priority()
-                        terminals.stats.priority_sent += 1
+                self.terminals.stats.priority_sent += self._priority_to(
+                    tick.iid, wire, tick.admitted_ns, failed
+                )
         finally:  # whatever raised mid-loop, no failed terminal stays registered
             self._teardown_failed(failed)
+
+    def _priority_to(self, iid: int, wire: bytes, admitted_ns: int, failed: Failed) -> int:
+        """``wire`` to the terminals whose order ticket holds ``iid`` (none already in
+        ``failed``): one ``priority`` value per write handed to the kernel now. Returns the
+        terminals it was written or queued for: a terminal whose socket refused it is not."""
+        terminals = self.terminals
+        connections = terminals.connections
+        targets = terminals.index.priority_connections(iid)  # a copy
+        if failed:  # rare: failed on an earlier update of this batch, torn down after it
+            targets.difference_update(cid for cid, _ in failed)
+        refused = len(failed)
+        if self.sendloop is not None:
+            stamp = functools.partial(self._priority_written, admitted_ns)
+            self.sendloop.send(wire, targets, failed, stamp)
+            addressed = sum(1 for c in targets if c in connections)
+        else:
+            addressed = 0
+            for cid in targets:
+                conn = connections.get(cid)
+                if conn is None:
+                    continue
+                addressed += 1
+                if self._deliver(conn, wire, failed) is Delivery.WRITTEN:
+                    self._priority_written(admitted_ns, 1)
+        return addressed - (len(failed) - refused)
 
     def _priority_written(self, admitted_ns: int, count: int) -> None:
         """``count`` priority writes handed to the kernel now: one value each."""
@@ -367,34 +370,17 @@ class Writer:
         a ring PRIORITY entry): each to the terminals of this process that marked it, framed
         once for all of them. ``admitted_ns`` is the batch's admit time: one ``priority`` value
         per write handed to the kernel now, as ``publish_priority``. Returns the writes made."""
-        terminals = self.terminals
-        index = terminals.index
-        connections = terminals.connections
+        has_priority = self.terminals.index.has_priority
         failed: Failed = []
         sent = 0
-        stamp = functools.partial(self._priority_written, admitted_ns)
         try:
             for iid, record in records.items():
-                if not index.has_priority(iid):
-                    continue
-                targets = index.priority_connections(iid)  # a copy
-                if failed:
-                    targets.difference_update(cid for cid, _ in failed)
-                wire = codec.ws_binary_frame(codec.encode_priority(record))
-                if self.sendloop is not None:
-                    self.sendloop.send(wire, targets, failed, stamp)
-                    sent += sum(1 for c in targets if c in connections)
-                    continue
-                for cid in targets:
-                    conn = connections.get(cid)
-                    if conn is None:
-                        continue
-                    if self._deliver(conn, wire, failed) is Delivery.WRITTEN:
-                        stamp(1)
-                    sent += 1
+                if has_priority(iid):
+                    wire = codec.ws_binary_frame(codec.encode_priority(record))
+                    sent += self._priority_to(iid, wire, admitted_ns, failed)
         finally:  # whatever raised mid-loop, no failed terminal stays registered
             self._teardown_failed(failed)
-        terminals.stats.priority_sent += sent
+            self.terminals.stats.priority_sent += sent
         return sent
 
     def gap_all(self) -> int:
