@@ -29,7 +29,7 @@ unit: $(STAMP)
 test: lint typecheck unit
 
 # The quick loop while editing (a few minutes): lint, types and every test that starts no
-# server and is not marked slow. `make test` (~12-15 minutes on 2 cores) runs everything.
+# server and is not marked slow. `make test` (~17 minutes on 2 quiet cores, ~21 busy) runs everything.
 test-fast: lint typecheck
 	$(VENV)/bin/pytest -q -m "not e2e and not slow" $(PYTEST_ARGS)
 
