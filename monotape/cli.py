@@ -30,12 +30,12 @@ from monotape.commands.flags import (
     Parser,
     add_common,
     add_token_flag,
-    bounded,
     port,
     positive_float,
     positive_int,
     run_loop,
     seconds,
+    writers_flag,
 )
 from monotape.config import Config, ConfigError, load_config
 from monotape.dashboards.build import add_build_arguments as add_dashboard_build_arguments
@@ -74,17 +74,24 @@ def cmd_run(args: argparse.Namespace) -> int:
         # --single-process is --writers 0: today's one-process node
         "host.writers": 0 if args.single_process else args.writers,
     }
+    from monotape.commands.foreground import node_only_reason, process_model, run_node
+
     cfg = _config(args, overrides)
     if args.print_config:
+        resolved = process_model(cfg)  # refuses what run would refuse
+        # As configured ("auto" stays "auto": a config saved from this fits any machine); the
+        # number run starts here goes to stderr, so stdout stays the config alone.
         sys.stdout.write(msgspec.json.format(msgspec.json.encode(cfg)).decode() + "\n")
+        if cfg.host.writers == "auto":
+            n = resolved.host.writers
+            why = node_only_reason(cfg) or "one writer process per core, at most 16"
+            print(f'# host.writers = "auto" resolves to {n} here: {why}', file=sys.stderr)
         return 0
     if cfg.feeds.replay and not Path(cfg.feeds.replay).is_file():
         raise ClientError(
             f"--replay {cfg.feeds.replay}: no such file (docs/replay.md describes the format)"
         )
     check_data_dir(cfg.data_dir)
-    from monotape.commands.foreground import run_node
-
     return run_loop(run_node(cfg, args.duration))
 
 
@@ -200,11 +207,12 @@ def build_parser() -> argparse.ArgumentParser:
     model = run.add_mutually_exclusive_group()
     model.add_argument(
         "--writers",
-        type=bounded(int, "a whole number", lambda v: 0 <= v <= 16, "must be 0..16, got {text}"),
-        metavar="N",
+        type=writers_flag,
+        metavar="N|auto",
         help="N writer processes sharing the WebSocket port, fed by a sequencer process, with a "
         "process per feed handler and one for the venues (docs/processes.md); 0: everything "
-        "in one process (default 0 for now; host.writers, env MONOTAPE_HOST__WRITERS)",
+        'in one process (default: one writer per core, at most 16; host.writers = "auto", '
+        "env MONOTAPE_HOST__WRITERS)",
     )
     model.add_argument(
         "--single-process",

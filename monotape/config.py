@@ -8,6 +8,7 @@ the node's configuration (``CLIENT_ENV``): the loader skips them.
 
 from __future__ import annotations
 
+import os
 import re
 import tomllib
 from collections.abc import Mapping
@@ -20,6 +21,7 @@ from msgspec import Meta
 __all__ = [
     "CLIENT_ENV",
     "LOG_LEVELS",
+    "MAX_WRITERS",
     "AuthConfig",
     "Config",
     "ConfigError",
@@ -28,6 +30,7 @@ __all__ = [
     "NatsConfig",
     "ServerConfig",
     "SimulatorConfig",
+    "available_cores",
     "load_config",
 ]
 
@@ -145,6 +148,16 @@ class ServerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     gc_refreeze: bool = True
     gc_refreeze_settle_s: float = 1.0
     gc_reclaim_closed: int = 10_000
+    # A trickle of opens never settles, so also refreeze every gc_refreeze_opened opens, every
+    # gc_refreeze_every_s with any open, and after a gen-2 pause of gc_pause_budget_ms (0
+    # disables each), while sessions last gc_min_lifetime_s or more (live / close rate);
+    # reclaim, settled or not, every gc_reclaim_forced_closed closes: the bound on frozen
+    # garbage (0: none). docs/observability.md, "GC and the event loop".
+    gc_refreeze_opened: Annotated[int, Meta(ge=0)] = 64
+    gc_refreeze_every_s: Annotated[float, Meta(ge=0)] = 10.0
+    gc_pause_budget_ms: Annotated[float, Meta(ge=0)] = 2.0
+    gc_min_lifetime_s: Annotated[float, Meta(ge=0)] = 60.0
+    gc_reclaim_forced_closed: Annotated[int, Meta(ge=0)] = 5_000
     invariant_interval_s: float = 30.0  # issue: a dangling index entry visible within 30 s
     # POST /admin/faults/dangling-entry corrupts one index entry (alert drills, the alert
     # tests): never on unless asked for (`monotape run --enable-fault-injection`).
@@ -196,15 +209,26 @@ class NatsConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     connect_timeout_s: float = 10.0
 
 
-class HostConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    """The process model (docs/processes.md): ``writers = 0`` runs everything in one process
-    (today's node); ``writers = N`` runs a host that supervises a sequencer, N writer processes
-    sharing the WebSocket port (SO_REUSEPORT), two feed handler processes per venue and the
-    venue. Flags: ``monotape run --writers N`` / ``--single-process``."""
+MAX_WRITERS: Final = 16  # the frame ring's reader slots
 
-    # 0 this session (the one-process node stays the default until the multi-process node is
-    # complete); the issue's goal is the number of cores.
-    writers: Annotated[int, Meta(ge=0, le=16)] = 0  # at most the frame ring's reader slots
+
+def available_cores() -> int:
+    """The cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not on Linux
+        return os.cpu_count() or 1
+
+
+class HostConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """The process model (docs/processes.md): ``writers = N`` runs a host that supervises a
+    sequencer, N writer processes sharing the WebSocket port (SO_REUSEPORT), two feed handler
+    processes per venue and the venue; ``"auto"`` (the default) is one writer per core
+    (``writer_count``); ``0`` runs everything in one process (the node, for laptops and tests).
+    Flags: ``monotape run --writers N`` / ``--single-process``."""
+
+    # At most 16: the frame ring's reader slots.
+    writers: Annotated[int, Meta(ge=0, le=16)] | Literal["auto"] = "auto"
     stop_timeout_s: Annotated[float, Meta(gt=0)] = 10.0  # ordered stop; then SIGKILL the rest
     start_timeout_s: Annotated[float, Meta(gt=0)] = 30.0  # a stage not ready by then: go on
     restart_cap_s: Annotated[float, Meta(gt=0)] = 5.0  # crash-loop backoff's longest wait
@@ -216,6 +240,15 @@ class HostConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     # Where run dirs go (sockets, port files, config.json): short, since a Unix socket path
     # has at most 107 bytes. "": the system's temporary directory.
     run_base: str = ""
+
+    @property
+    def writer_count(self) -> int:
+        """``writers`` as a number: "auto" is the cores this process may run on (its CPU
+        affinity, which a container or ``taskset`` narrows; ``os.cpu_count()`` where there is
+        none), at least 1, at most 16."""
+        if self.writers != "auto":
+            return self.writers
+        return max(1, min(MAX_WRITERS, available_cores()))
 
 
 class Config(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -235,6 +268,12 @@ class Config(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             raise ValueError(f"log_level {self.log_level!r} is not one of {', '.join(LOG_LEVELS)}")
         self.log_level = level
 
+
+# What a field takes, in one line, where msgspec's own error would not say it.
+_RULES: Final[dict[str, str]] = {
+    "host.writers": 'must be "auto" (a writer process per core) or a whole number 0-16 '
+    "(0: everything in one process)",
+}
 
 _AT = re.compile(r"\s*-\s*at `\$\.?([^`]*)`\s*$")
 
@@ -289,6 +328,8 @@ def load_config(
             text = "no such setting"
         elif not path and text.startswith("log_level "):
             path, text = "log_level", text.removeprefix("log_level ")
+        if path in _RULES:  # msgspec's words for a union ("Invalid enum value") name no choice
+            text = _RULES[path]
         if path in from_env:
             text += f" (environment variable {from_env[path]})"
         where = f"{path}: " if path else ""

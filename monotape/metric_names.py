@@ -46,6 +46,7 @@ __all__ = [
     "IPC_RECEIVED_MESSAGES",
     "IPC_SENT_ITEMS",
     "IPC_SENT_MESSAGES",
+    "MAX_HZ_RETRIED",
     "NATIVE_WRITER",
     "NATS_BUS_PREFIX",
     "OUTBOX_FRAMES",
@@ -65,6 +66,7 @@ __all__ = [
     "RING_OVERSIZE",
     "RING_PUBLISHED",
     "RING_SNAPSHOTS_AHEAD",
+    "RING_SNAPSHOTS_BUSY",
     "RING_SNAPSHOTS_REFUSED",
     "RING_TORN_READS",
     "SEQUENCE_REGRESSIONS",
@@ -102,6 +104,9 @@ INVARIANT_VIOLATION = "monotape_invariant_violation"  # {invariant}
 INVARIANT_CHECK_SECONDS = "monotape_invariant_check_seconds"  # {invariant}
 CONNECTIONS = "monotape_connections"
 FRAMES_SENT = "monotape_frames_sent_total"
+# full records a max_hz boundary owed its terminals that the snapshots did not have (a writer
+# process's ring table only newer than its frame): asked for again at that rate's next boundary
+MAX_HZ_RETRIED = "monotape_max_hz_retried_total"
 BYTES_SENT = "monotape_bytes_sent_total"
 FRAME_PAYLOADS = "monotape_frame_payloads"
 NATIVE_WRITER = "monotape_native_writer"  # 1: frames go out through the native send loop
@@ -158,6 +163,10 @@ RING_GAPS = "monotape_ring_gaps_total"  # {writer}: oversize gap entries, produc
 # {writer}: symbols left out of a snapshot, the table only holding records of frames this writer
 # has not read yet (it was more than a frame behind): the terminal resyncs on its next delta
 RING_SNAPSHOTS_AHEAD = "monotape_ring_snapshots_ahead_total"
+# {writer}: reads of a symbol's newest snapshot-table record that found the sequencer's put in
+# progress for over 0.1 s: read as absent (reads bounded by a frame never wait)
+# (a max_hz boundary then retries that full record at the next one: MAX_HZ_RETRIED)
+RING_SNAPSHOTS_BUSY = "monotape_ring_snapshots_busy_total"
 # The multi-process host (platform/host, docs/processes.md), about each role process it runs:
 # {role,process} (process: "writer-0"). Every role's own samples carry process="<name>" too.
 PROCESS_UP = "monotape_process_up"  # 1 while running

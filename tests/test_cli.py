@@ -12,6 +12,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -118,6 +119,31 @@ def test_an_unwritable_data_dir_is_one_line(
     assert code == 2
     line = one_line(err)
     assert "cannot write the data dir" in line and "--data-dir" in line
+
+
+@pytest.mark.parametrize("model", ["--single-process", "--writers=1"], ids=["node", "host"])
+def test_a_data_dir_in_use_is_one_line_naming_it_and_its_pid(
+    capsys: pytest.CaptureFixture[str], fresh_dir: Path, model: str
+) -> None:
+    # Held here as a running `monotape run` holds it; the refusal comes before anything starts.
+    from monotape.platform.node.datadir_lock import lock_data_dir
+
+    state = fresh_dir / "state"
+    held = lock_data_dir(state)
+    try:
+        code, out, err = cli(
+            capsys, "run", model, "--data-dir", str(state), "--ws-port", "0",
+            "--admin-port", "0", "--duration", "1",
+        )  # fmt: skip
+    finally:
+        held.release()
+    assert code == 2
+    line = [x for x in err.strip().splitlines() if not x.startswith("{")]
+    assert len(line) == 1 and "Traceback" not in err, err
+    assert f"data dir {state.resolve()} is in use by monotape pid {os.getpid()}" in line[0]
+    assert "monotape is running" not in out
+    # A refused host leaves no run dir (it is named after this process: the host ran in it).
+    assert not (Path(tempfile.gettempdir()) / f"monotape-run-{os.getpid()}").exists()
 
 
 def test_a_client_never_makes_a_signing_key_of_its_own(

@@ -47,7 +47,30 @@ too little for 4,200 x 25 Hz, and the second set shows what the fan-out itself h
 
 Not measured: the one-way client latency (only RTT/2 via ``glass``); anything past loopback.
 
-    .venv/bin/python -m bench.e2e.bench_latency [--quick]
+``--writers N`` (issue 12) measures the multi-process host (``monotape run --writers N``: venue,
+two handlers per venue, sequencer, N writers) beside the one-process node instead of the
+420-terminal peer: the same terminals, the same client processes, the same rates, alternated
+(node, host, node, host, ...) on fresh servers. The node stays pinned to ``SERVER_CPU``; the
+host is not pinned (its roles spread over both cores, so it shares ``LOAD_CPU`` with the load
+client: on this 2-core box the client and the host cannot have a core each, and the rows say
+so). For the host the bench reads, besides the node's figures:
+
+- CPU per process and per role: psutil user+system seconds of every process in the host's tree
+  (pid -> name from ``/admin/processes``) over the window / window;
+- the longest gen-2 pause per process: the window's delta of ``monotape_gc_pause_seconds``
+  buckets (``process`` label) from the merged ``/metrics``, as the upper bound of the highest
+  bucket that gained a pause (the host serves no ``/admin/gc``); the node's row keeps the exact
+  ``/admin/gc`` figure;
+- the capacity model's unit costs: ingest CPU (handlers + sequencer) per 1,000 ticks, writer
+  CPU per 1,000 delivered frames (the clients' FRAME count), and one run per rate with no
+  terminal (ingest alone, per role);
+- the terminals' split over writers (``/admin/processes``).
+
+``frame spread`` is read server-side as the ``write`` stage's p99.9: ``write`` is one value per
+(frame, terminal) from the frame's publish to its hand-off to the kernel, so its tail is the
+last write of a frame (the load client reads every 0.2 s, too coarse for a client-side spread).
+
+    .venv/bin/python -m bench.e2e.bench_latency [--quick] [--writers N]
 """
 
 from __future__ import annotations
@@ -62,7 +85,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -75,7 +98,7 @@ from bench.wsclient import KINDS, client_frame
 from monotape.histograms import ALL_STAGES, STAGES
 from monotape.loadgen.launch import RunningNode, sum_samples
 from monotape.loadgen.watchlists import zipf_watchlists
-from monotape.metric_names import CONNECTIONS, EVENT_LOOP_LAG_MAX
+from monotape.metric_names import CONNECTIONS, EVENT_LOOP_LAG_MAX, GC_PAUSE, TICKS_ADMITTED
 from monotape.platform.feeds.simulator import build_universe
 from monotape.platform.wire.codec import Kind
 from monotape.platform.wire.requests import SetPriority, Subscribe, encode_request
@@ -112,6 +135,13 @@ FULL = Size(
     fanout_rate=20_000,
 )
 QUICK = Size(rate=20_000, terminals=200, ramp_s=3, window_s=12, processes=1, repeats=1)
+# --writers N --quick: 300 terminals, a 10 s window, once each (the smoke of the comparison).
+QUICK_HOST = Size(rate=20_000, terminals=300, ramp_s=3, window_s=10, processes=1, repeats=1)
+# CPython's default gen-0 threshold: the host's roles leave it alone (the node reports its own).
+GC_THRESHOLD0 = 700
+NO_LAG_SHEDDING = {"MONOTAPE_SERVER__ADMISSION_MAX_LAG_MS": "0"}  # --no-lag-shedding
+SCRAPE_TIMEOUT_S = 30.0  # an overloaded server answers its admin API seconds late
+INGEST_ROLES = ("handler", "sequencer")  # the capacity model's ingest: the venue is simulated
 PRIORITY_EVERY = 50  # one terminal in 50 has an order ticket open on one of its symbols
 SLACK_S = 6  # after the window: room for the reads, terminals still connected
 SETTLE_S = 4.0  # after the ramp: the node refreezes once connections settle (1-2 s polls)
@@ -248,10 +278,47 @@ class Outcome:
     client_processes: int
     pinned: str
     errors: list[str] = field(default_factory=list)
+    writers: int = 0  # 0: the one-process node
+    rate: int = 0  # simulated ticks/s
+    frames_per_s: float = 0.0  # FRAME messages the clients counted, all terminals
+    ticks_per_s: float = 0.0  # monotape_ticks_admitted_total over the window (0: not read)
+    cpu_by_process: dict[str, float] = field(default_factory=dict)  # cores, psutil
+    gen2_by_process: dict[str, tuple[int, float]] = field(default_factory=dict)  # (n, ms bound)
+    split: dict[str, int] = field(default_factory=dict)  # terminals per writer
+
+    def cpu_by_role(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for name, cores in self.cpu_by_process.items():
+            out[role_of(name)] = out.get(role_of(name), 0.0) + cores
+        return out
+
+    def ingest_ms_per_1k_ticks(self) -> float:
+        """Handlers + sequencer CPU ms per 1,000 admitted ticks (the host only): the ticks the
+        sequencer admitted in the window, not ``--rate`` (a starved venue sends fewer)."""
+        roles = self.cpu_by_role()
+        cores = sum(roles.get(r, 0.0) for r in INGEST_ROLES)
+        ticks = self.ticks_per_s or self.rate
+        return cores * 1000 / (ticks / 1000) if ticks else 0.0
+
+    def writer_ms_per_1k_frames(self) -> float:
+        """Writer CPU ms per 1,000 delivered frames (all writers; the host only)."""
+        cores = self.cpu_by_role().get("writer", 0.0)
+        return cores * 1000 / (self.frames_per_s / 1000) if self.frames_per_s else 0.0
 
 
 def _gc(server: RunningNode, token: str) -> dict[str, Any]:
-    return dict(json.loads(server.get("/admin/gc?recent=10000", token))["gc"])
+    return dict(json.loads(server.get("/admin/gc?recent=10000", token, SCRAPE_TIMEOUT_S))["gc"])
+
+
+def _scrape(server: RunningNode, log: Callable[[str], None]) -> Any:
+    """/metrics, retried: an overloaded node answers late (its loop runs seconds behind at
+    120k ticks/s on a busy box); empty (and said) if it never does."""
+    for attempt in range(3):
+        try:
+            return server.metrics(timeout=SCRAPE_TIMEOUT_S)
+        except OSError as exc:
+            log(f"  /metrics attempt {attempt + 1} failed: {exc!r}")
+    return {}
 
 
 def _cpu(pid: int) -> float:
@@ -259,11 +326,98 @@ def _cpu(pid: int) -> float:
     return float(c.user + c.system)
 
 
-def measure(size: Size, terminals: int, variant: str, log: Any) -> Outcome:
+def role_of(name: str) -> str:
+    """``writer-1`` -> ``writer``, ``handler-ARCX-A`` -> ``handler``; ``node``, ``host`` as is."""
+    return name.split("-", 1)[0]
+
+
+def _names(server: RunningNode, token: str, writers: int) -> dict[int, str]:
+    """pid -> process name: the host's table (``/admin/processes``), or the node itself."""
+    if not writers:
+        return {server.proc.pid: "node"}
+    body = json.loads(server.get("/admin/processes", token))
+    out = {server.proc.pid: "host"}
+    out.update({int(p["pid"]): str(p["name"]) for p in body["processes"] if p.get("pid")})
+    return out
+
+
+def _tree_cpu(server: RunningNode, names: dict[int, str]) -> dict[str, tuple[int, float]]:
+    """name -> (pid, user+system CPU seconds) for every process of the server's tree (psutil);
+    a process not in ``names`` is keyed by its pid."""
+    root = psutil.Process(server.proc.pid)
+    out: dict[str, tuple[int, float]] = {}
+    for proc in [root, *root.children(recursive=True)]:
+        try:
+            c = proc.cpu_times()
+        except psutil.Error:  # it left between the listing and the read
+            continue
+        out[names.get(proc.pid, f"pid-{proc.pid}")] = (proc.pid, float(c.user + c.system))
+    return out
+
+
+def _cpu_delta(
+    a: dict[str, tuple[int, float]], b: dict[str, tuple[int, float]], window: float
+) -> dict[str, float]:
+    """Cores per process over the window; a process that restarted inside it (another pid)
+    counts from its own start."""
+    out = {}
+    for name, (pid, cpu1) in b.items():
+        pid0, cpu0 = a.get(name, (pid, 0.0))
+        out[name] = (cpu1 - (cpu0 if pid0 == pid else 0.0)) / window
+    return out
+
+
+GcHist = dict[tuple[str, str], dict[float, float]]  # (process, generation) -> le -> count
+
+
+def _gc_hist(samples: Any) -> GcHist:
+    """The ``monotape_gc_pause_seconds`` buckets of a /metrics scrape, by (process, generation);
+    the node has no ``process`` label (``node``)."""
+    out: GcHist = {}
+    for (name, labels), value in samples.items():
+        if name != GC_PAUSE + "_bucket":
+            continue
+        lab = dict(labels)
+        key = (lab.get("process", "node"), lab.get("generation", ""))
+        out.setdefault(key, {})[float(lab["le"])] = value
+    return out
+
+
+def gc_window(before: GcHist, after: GcHist, generation: str) -> dict[str, tuple[int, float]]:
+    """process -> (collections of ``generation`` in the window, the upper bound in ms of the
+    highest bucket that gained one: the longest pause, to the bucket; 0 with none)."""
+    out: dict[str, tuple[int, float]] = {}
+    for (proc, gen), buckets in after.items():
+        if gen != generation:
+            continue
+        prior = before.get((proc, gen), {})
+        deltas = sorted((le, n - prior.get(le, 0.0)) for le, n in buckets.items())
+        total = deltas[-1][1] if deltas else 0.0
+        longest = next((le for le, n in deltas if total and n >= total), 0.0)
+        out[proc] = (int(total), longest * 1000)
+    return out
+
+
+def _split(server: RunningNode, token: str, writers: int) -> dict[str, int]:
+    if not writers:
+        return {}
+    body = json.loads(server.get("/admin/processes", token))
+    return {str(k): int(v) for k, v in body.get("terminals", {}).items()}
+
+
+def measure(size: Size, terminals: int, variant: str, log: Any, writers: int = 0) -> Outcome:
+    """One run on a fresh server: the one-process node (``writers`` 0, pinned to SERVER_CPU)
+    or the host with ``writers`` writer processes (not pinned)."""
     pin = can_pin(SERVER_CPU, LOAD_CPU)
     requests = terminal_requests(terminals)
     errors: list[str] = []
-    server = start_pinned(size.rate, {}, cpu=SERVER_CPU if pin else None, sub="bench-latency")
+    server = start_pinned(
+        size.rate,
+        {},
+        cpu=SERVER_CPU if pin and not writers else None,
+        sub="bench-latency",
+        writers=writers,  # 0: --writers 0, the node even where the default is a host
+    )
     scraper = _Metrics(server)
     clients: _Clients | None = None
     try:
@@ -272,15 +426,25 @@ def measure(size: Size, terminals: int, variant: str, log: Any) -> Outcome:
         first = time.monotonic() + START_S
         clients = _Clients(server.ws_port, f"/?token={server.token}", requests, first, size)
         time.sleep(max(0.0, first + size.ramp_s + SETTLE_S - time.monotonic()))
+        names = _names(server, admin, writers)
         w0_wall_ms = int(time.time() * 1000)
-        gc0, cpu0, c0 = _gc(server, admin), _cpu(server.proc.pid), clients.sample()
+        gc0 = _gc(server, admin) if not writers else None
+        m0, tree0 = _scrape(server, log), _tree_cpu(server, names)
+        c0 = clients.sample()
         w0 = c0["t"]
         time.sleep(size.window_s)
         w1_wall_ms = int(time.time() * 1000)
-        gc1, cpu1, c1 = _gc(server, admin), _cpu(server.proc.pid), clients.sample()
+        gc1 = _gc(server, admin) if not writers else None
+        m1, tree1 = _scrape(server, log), _tree_cpu(server, names)
+        c1 = clients.sample()
         w1 = c1["t"]
+        split = _split(server, admin, writers)
         stages = {
-            st: dict(json.loads(server.get(f"/admin/latency?stage={st}&window=1m", admin)))
+            st: dict(
+                json.loads(
+                    server.get(f"/admin/latency?stage={st}&window=1m", admin, SCRAPE_TIMEOUT_S)
+                )
+            )
             for st in ALL_STAGES
         }
         last = scraper.sample()
@@ -295,14 +459,25 @@ def measure(size: Size, terminals: int, variant: str, log: Any) -> Outcome:
                 log("    " + line.rstrip())
     window = w1 - w0
     minutes = window / 60
-    g0, g1 = gc0["generations"], gc1["generations"]
-    n2 = int(g1["2"]["collections"] - g0["2"]["collections"])
-    gen0 = int(g1["0"]["collections"] - g0["0"]["collections"])
-    in_window = [
-        p["duration_ns"] / 1e6
-        for p in gc1["recent"]
-        if p["generation"] == 2 and w0_wall_ms <= p["start_ms"] < w1_wall_ms
-    ]
+    cpu_by_process = _cpu_delta(tree0, tree1, window)
+    h0, h1 = _gc_hist(m0), _gc_hist(m1)
+    admitted = sum_samples(m1, TICKS_ADMITTED) - sum_samples(m0, TICKS_ADMITTED)
+    gen2_by_process = gc_window(h0, h1, "2")
+    if gc0 is not None and gc1 is not None:  # the node: exact pauses from /admin/gc
+        g0, g1 = gc0["generations"], gc1["generations"]
+        n2 = int(g1["2"]["collections"] - g0["2"]["collections"])
+        gen0 = int(g1["0"]["collections"] - g0["0"]["collections"])
+        threshold0 = int(gc1["threshold"][0])
+        in_window = [
+            p["duration_ns"] / 1e6
+            for p in gc1["recent"]
+            if p["generation"] == 2 and w0_wall_ms <= p["start_ms"] < w1_wall_ms
+        ]
+    else:  # the host: the merged histogram, to the bucket
+        n2 = sum(n for n, _ in gen2_by_process.values())
+        gen0 = sum(n for n, _ in gc_window(h0, h1, "0").values())
+        threshold0 = GC_THRESHOLD0
+        in_window = [ms for _, ms in gen2_by_process.values()]
     lags = [s[1] for s in scraper.samples if w0 <= s[0] <= w1 + 0.5]
     live = max(1, min(c0["live"], c1["live"]))
     kinds = [b - a for a, b in zip(c0["kinds"], c1["kinds"], strict=True)]
@@ -315,7 +490,7 @@ def measure(size: Size, terminals: int, variant: str, log: Any) -> Outcome:
         gen2_max_ms=max(in_window, default=0.0),
         gen2_collections=n2,
         gen0_per_s=gen0 / window,
-        allocs_per_s=gen0 * gc1["threshold"][0] / window,
+        allocs_per_s=gen0 * threshold0 / window,
         lag_max_ms=max(lags, default=0.0) * 1000,
         rss_mb=(last[2] if last else 0.0) / 2**20,
         connections=last[3] if last else 0.0,
@@ -323,26 +498,47 @@ def measure(size: Size, terminals: int, variant: str, log: Any) -> Outcome:
         frames_per_terminal_s=kinds[Kind.FRAME] / live / window,
         priority_per_s=kinds[Kind.PRIORITY] / window,
         errors_received=kinds[Kind.ERROR],
-        server_cpu=(cpu1 - cpu0) / window,
+        server_cpu=sum(cpu_by_process.values()),
         client_cpu=(c1["cpu_s"] - c0["cpu_s"]) / window,
         client_processes=size.processes,
         pinned=(
-            f"server on CPU {SERVER_CPU}, load clients on CPU {LOAD_CPU}"
+            f"host not pinned (both cores), load clients on CPU {LOAD_CPU}"
+            if pin and writers
+            else f"server on CPU {SERVER_CPU}, load clients on CPU {LOAD_CPU}"
             if pin
             else "not pinned (CPUs 0 and 1 not both available)"
         ),
         errors=errors,
+        writers=writers,
+        rate=size.rate,
+        frames_per_s=kinds[Kind.FRAME] / window,
+        ticks_per_s=admitted / window if m0 and m1 else 0.0,
+        cpu_by_process=cpu_by_process,
+        gen2_by_process=gen2_by_process,
+        split=split,
     )
     log(
-        f"  {variant}: {out.connections:.0f} connected at the window's end, "
+        f"  {variant}: {out.connections:.0f} connected at the window's end "
+        f"{_split_text(out)}, "
         f"{out.frames_per_terminal_s:.1f} frames/s per terminal, "
         f"{out.priority_per_s:.0f} priority/s, server CPU {out.server_cpu:.2f}, "
         f"client CPU {out.client_cpu:.2f}, write p99 "
         f"{stages['write'].get('p99_us', 0) / 1000:.3f} ms, "
         f"gen2 {out.gen2_collections} ({out.gen2_max_ms:.2f} ms max), lag max "
-        f"{out.lag_max_ms:.1f} ms, rss {out.rss_mb:.0f} MiB, allocs {out.allocs_per_s:,.0f}/s"
+        f"{out.lag_max_ms:.1f} ms, rss {out.rss_mb:.0f} MiB, allocs {out.allocs_per_s:,.0f}/s; "
+        f"cores by role {_roles_text(out)}; admitted {out.ticks_per_s:,.0f} ticks/s"
     )
     return out
+
+
+def _split_text(o: Outcome) -> str:
+    if not o.split:
+        return ""
+    return "(" + " + ".join(f"{k} {v:,}" for k, v in sorted(o.split.items())) + ")"
+
+
+def _roles_text(o: Outcome) -> str:
+    return " ".join(f"{k} {v:.2f}" for k, v in sorted(o.cpu_by_role().items()))
 
 
 # -- rows -------------------------------------------------------------------------------------
@@ -389,6 +585,15 @@ def _metrics() -> list[Metric]:
         )
         out.append((f"latency: {label} p99", _stage(st), "ms", what, _stage_note(st)))
     out += [
+        (
+            "latency: frame spread (write p99.9)",
+            lambda o: _ms(o.stages["write"], "p999_us"),
+            "ms",
+            "the write stage's p99.9 from GET /admin/latency: one value per (frame, terminal), "
+            "publish -> handed to the kernel, so its tail is a frame's last write (boundary -> "
+            "publish adds the encode stage)",
+            None,
+        ),
         (
             "latency: end to end (server side) p99",
             _e2e,
@@ -524,6 +729,68 @@ def _rows(runs: list[Outcome], peers: list[Outcome] | None, size: Size) -> list[
     return rows
 
 
+def _host_rows(runs: list[Outcome], tag: str, common: str) -> list[Row]:
+    """The host's per-process figures: cores per role, the capacity model's unit costs, the
+    longest gen-2 pause per process, the terminals' split. Medians over the runs."""
+    rows: list[Row] = []
+    roles = sorted({r for o in runs for r in o.cpu_by_role()})
+
+    def add(label: str, vals: list[float], unit: str, note: str) -> None:
+        med, lo, hi = median_min_max(vals)
+        per_run = " / ".join(_fmt(v) for v in vals)
+        rows.append(
+            row(label, tag, med, unit, lo=lo, hi=hi, note=f"{note}; runs {per_run}; {common}")
+        )
+
+    for role in roles:
+        add(
+            f"host: CPU of the {role} role",
+            [o.cpu_by_role().get(role, 0.0) for o in runs],
+            "cores",
+            f"psutil user+system seconds of every {role} process in the host's tree over the "
+            "window / window (" + " | ".join(
+                ", ".join(f"{n} {c:.2f}" for n, c in sorted(o.cpu_by_process.items())
+                          if role_of(n) == role) for o in runs
+            ) + ")",
+        )  # fmt: skip
+    add(
+        "host: ingest CPU per 1,000 ticks",
+        [o.ingest_ms_per_1k_ticks() for o in runs],
+        "ms",
+        "handler + sequencer CPU (psutil) / ticks admitted in the window "
+        f"({TICKS_ADMITTED}, unique venue updates; each reached both twin handlers) x 1,000; "
+        "the venue (the simulator) is not counted; admitted ticks/s "
+        + " / ".join(f"{o.ticks_per_s:,.0f}" for o in runs),
+    )
+    if any(o.frames_per_s for o in runs):
+        add(
+            "host: writer CPU per 1,000 delivered frames",
+            [o.writer_ms_per_1k_frames() for o in runs],
+            "ms",
+            "all writers' CPU (psutil) / FRAME messages the load clients counted x 1,000",
+        )
+    add(
+        "host: longest gen-2 pause of any process",
+        [max((ms for _, ms in o.gen2_by_process.values()), default=0.0) for o in runs],
+        "ms",
+        "monotape_gc_pause_seconds{generation=2} bucket deltas over the window from the merged "
+        "/metrics: the upper bound of the highest bucket that gained a pause (0: none ran); "
+        "target <= 5 ms; per process with any (" + " | ".join(
+            ", ".join(f"{p} {n}x <= {ms:g} ms" for p, (n, ms) in sorted(o.gen2_by_process.items())
+                      if n) or "none" for o in runs
+        ) + ")",
+    )  # fmt: skip
+    if any(sum(o.split.values()) for o in runs):
+        add(
+            "host: terminals on the busiest writer",
+            [max(o.split.values(), default=0) / max(1, sum(o.split.values())) for o in runs],
+            "share",
+            "GET /admin/processes at the window's end, terminals per writer (SO_REUSEPORT's "
+            "hash): " + " | ".join(_split_text(o) for o in runs),
+        )
+    return rows
+
+
 def _idle_row(o: Outcome, size: Size) -> Row:
     """What the core spends before any fan-out: the same ``--rate``, no terminal connected."""
     return row(
@@ -540,12 +807,66 @@ def _idle_row(o: Outcome, size: Size) -> Row:
     )
 
 
-def run(quick: bool = False) -> list[Row]:
-    size = QUICK if quick else FULL
+def _common(runs: list[Outcome], size: Size) -> str:
+    o = runs[0]
+    shedding = all(os.environ.get(k) == v for k, v in NO_LAG_SHEDDING.items())
+    return (
+        f"{len(runs)} run(s) on fresh servers, alternated with the one-process node; {o.pinned}; "
+        f"window {o.window_s:.0f} s, {SETTLE_S:.0f} s after a {size.ramp_s} s ramp"
+        + ("; lag shedding off (no 503 while a loop runs late)" if shedding else "")
+    )
+
+
+def compare(
+    size: Size, writers: Sequence[int], log: Callable[[str], None], rates: Sequence[int] = ()
+) -> list[Row]:
+    """The host with each of ``writers`` writer counts against the one-process node, same
+    terminals, same clients, alternated (node, host N1, host N2, node, ...); then one host run
+    per rate and writer count with no terminal (ingest alone)."""
+    rows: list[Row] = []
+    rates = rates or [size.rate] + ([size.fanout_rate] if size.fanout_rate else [])
+    for rate in rates:
+        at = dataclasses.replace(size, rate=rate)
+        node: list[Outcome] = []
+        hosts: dict[int, list[Outcome]] = {n: [] for n in writers}
+        for k in range(at.repeats):  # alternated, so drift on a shared machine hits all
+            log(f"  --rate {rate:,}: run {k + 1} of {at.repeats} (load {_load()})")
+            node.append(measure(at, at.terminals, "1 process", log))
+            for n in writers:
+                hosts[n].append(measure(at, at.terminals, f"host, {n} writers", log, n))
+        rows += _rows(node, None, at)
+        for n, runs in hosts.items():
+            tag = f"host, {n} writers, {at.terminals:,} x {WATCHLIST} sym, --rate {rate:,}"
+            rows += _rows(runs, node, at) + _host_rows(runs, tag, _common(runs, at))
+        for n in writers:
+            idle_size = dataclasses.replace(at, window_s=min(at.window_s, 10))
+            idle = measure(idle_size, 0, f"host idle, {n} writers", log, n)
+            idle_tag = f"host idle, {n} writers, 0 terminals, --rate {rate:,}"
+            note = f"no terminal: ingest alone; load {_load()}; " + _common([idle], at)
+            rows += _host_rows([idle], idle_tag, note)
+    return rows
+
+
+def _load() -> str:
+    return " ".join(f"{v:.2f}" for v in os.getloadavg())
+
+
+def run(
+    quick: bool = False, writers: Sequence[int] = (), rates: Sequence[int] = (), terminals: int = 0
+) -> list[Row]:
+    """``writers`` empty: the node against its 420-terminal peer; writer counts: the host with
+    each against the node."""
     raise_nofile()  # the server inherits it: 4,200 sockets
 
     def log(message: str) -> None:
         print(message, file=sys.stderr)
+
+    if writers:
+        size = QUICK_HOST if quick else FULL
+        if terminals:
+            size = dataclasses.replace(size, terminals=terminals)
+        return compare(size, writers, log, rates)
+    size = QUICK if quick else FULL
 
     rows: list[Row] = []
     rates = [size.rate] + ([size.fanout_rate] if size.fanout_rate else [])
@@ -565,8 +886,48 @@ def run(quick: bool = False) -> list[Row]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="200 terminals instead of 4,200")
+    parser.add_argument(
+        "--writers",
+        default="",
+        metavar="N[,N...]",
+        help="measure the host (monotape run --writers N) beside the one-process node, for "
+        "each N (e.g. 2 or 1,2); default: the node against its 420-terminal peer",
+    )
+    parser.add_argument(
+        "--rates",
+        default="",
+        metavar="R[,R...]",
+        help="with --writers: only these --rate values (default: 120000,20000; quick 20000)",
+    )
+    parser.add_argument(
+        "--terminals",
+        type=int,
+        default=0,
+        metavar="N",
+        help="with --writers: N terminals instead of 4,200 (quick 300), e.g. a population that "
+        "holds on a busy box, for clean per-unit CPU costs",
+    )
+    parser.add_argument(
+        "--no-lag-shedding",
+        action="store_true",
+        help="servers admit upgrades while their loop runs late (no 503s): on a busy box the "
+        "population then connects and stays, so per-unit CPU is not mixed with refusals",
+    )
     args = parser.parse_args()
-    print_rows(run(args.quick))
+    if args.no_lag_shedding:
+        os.environ.update(NO_LAG_SHEDDING)  # every server the bench starts inherits it
+    if args.terminals < 0:
+        parser.error("--terminals must be positive")
+    try:
+        writers = [int(w) for w in args.writers.split(",") if w.strip()]
+        rates = [int(r) for r in args.rates.split(",") if r.strip()]
+    except ValueError:
+        parser.error("--writers and --rates take numbers like 2 or 1,2")
+    if any(r <= 0 for r in rates):
+        parser.error("--rates: each rate must be positive")
+    if any(not 1 <= n <= 16 for n in writers):
+        parser.error("--writers: each count must be 1-16 (the frame ring's reader slots)")
+    print_rows(run(args.quick, writers, rates, args.terminals))
 
 
 if __name__ == "__main__":

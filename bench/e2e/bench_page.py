@@ -233,7 +233,9 @@ def run(
     seconds = seconds if seconds is not None else (4.0 if quick else 15.0)
     repeats = repeats if repeats is not None else (1 if quick else 3)
     rate = rate if rate is not None else (RATE_QUICK if quick else RATE_FULL)
-    node = launch(None, "--rate", str(rate), env={"MONOTAPE_SERVER__ADMISSION_MAX_LAG_MS": "0"})
+    node = launch(
+        None, "--rate", str(rate), env={"MONOTAPE_SERVER__ADMISSION_MAX_LAG_MS": "0"}, writers=0
+    )  # the page against the one-process node, as its figures in docs/benchmarks.md were
     try:
         got = asyncio.run(_runs(node, symbols, seconds, repeats))
     finally:

@@ -36,7 +36,14 @@ across them, every run's figure in the note. The admission-off rows' ratio is 1;
 rows' ratio is default / off (medians), so the effect of admission on recovery and connect p99
 reads straight off the table.
 
-    .venv/bin/python -m bench.e2e.bench_storm [--quick]
+``--writers N`` (issue 12) runs the same storm against the multi-process host (``monotape run
+--writers N``, not pinned: its roles spread over both cores and share ``LOAD_CPU`` with the
+load workers) beside the one-process node (pinned as above), both with the default admission,
+alternated on fresh servers. Extra rows per variant: ``steady state`` (recovery_s against the
+issue's target of 10 s after the last wave) and ``second wave of retries`` (attempts beyond the
+first retry: ``attempt_waves[2:]``; the target is none).
+
+    .venv/bin/python -m bench.e2e.bench_storm [--quick] [--writers N]
 """
 
 from __future__ import annotations
@@ -61,6 +68,7 @@ WATCHLIST = 40
 SEED_HYDRATE_P99_MS = 4.0  # the seed system's figure: stated, not measured here
 TARGET_HYDRATE_P99_MS = 2.0
 OPEN_SPREAD_S = 2  # "6,000 terminals within 1-2 s"
+STEADY_TARGET_S = 10.0  # issue 12: every terminal streaming within 10 s of the last wave
 ADMISSION_OFF = {
     "MONOTAPE_SERVER__ADMISSION_RATE_PER_S": "1000000",
     "MONOTAPE_SERVER__ADMISSION_BURST": "1000000",
@@ -124,7 +132,9 @@ def _hydrate(server: RunningNode, token: str, want: int, bound_s: float) -> dict
         time.sleep(0.5)
 
 
-def storm(size: Size, variant: str, env: dict[str, str], log: Any) -> Outcome:
+def storm(size: Size, variant: str, env: dict[str, str], log: Any, writers: int = 0) -> Outcome:
+    """One storm on a fresh server: the node pinned to SERVER_CPU (``writers`` 0) or the host
+    with ``writers`` writer processes, not pinned."""
     pin = can_pin(SERVER_CPU, LOAD_CPU)
     trace = storm_trace(
         terminals=size.terminals,
@@ -138,7 +148,13 @@ def storm(size: Size, variant: str, env: dict[str, str], log: Any) -> Outcome:
         seed=1,
     )
     t0 = time.monotonic()
-    server = start_pinned(RATE, env, cpu=SERVER_CPU if pin else None, sub="bench-storm")
+    server = start_pinned(
+        RATE,
+        env,
+        cpu=SERVER_CPU if pin and not writers else None,
+        sub="bench-storm",
+        writers=writers,  # 0: --writers 0, the node even where the default is a host
+    )
     try:
         before = _rejected_sums(server)
         cfg = LoadConfig(
@@ -165,7 +181,9 @@ def storm(size: Size, variant: str, env: dict[str, str], log: Any) -> Outcome:
     rate, span = _sustained(report)
     rejected = after.get(ADMISSION_REJECTED, 0.0) - before.get(ADMISSION_REJECTED, 0.0)
     pinned = (
-        f"server on CPU {SERVER_CPU}, load workers + harness on CPU {LOAD_CPU}"
+        f"host not pinned (both cores), load workers + harness on CPU {LOAD_CPU}"
+        if pin and writers
+        else f"server on CPU {SERVER_CPU}, load workers + harness on CPU {LOAD_CPU}"
         if pin
         else "not pinned (CPUs 0 and 1 not both available)"
     )
@@ -209,13 +227,15 @@ def _runs(values: list[float], fmt: str) -> str:
     return "runs " + " / ".join(format(v, fmt) for v in values)
 
 
-def _rows(runs: list[Outcome], peers: list[Outcome], size: Size) -> list[Row]:
+def _rows(
+    runs: list[Outcome], peers: list[Outcome], size: Size, peer_label: str = "admission off"
+) -> list[Row]:
     """One row per figure: the median over the runs (min-max across runs); ratio against the
-    peer's median (admission off), or against the seed's stated 4 ms for hydration."""
+    peer's median (``peer_label``), or against the seed's stated 4 ms for hydration."""
     o = runs[0]
     variant = o.variant
     tag = f"{variant}, {size.terminals:,} x {WATCHLIST} sym"
-    peer_name = "admission off" if peers else ""
+    peer_name = peer_label if peers else ""
     n = len(runs)
 
     def med(xs: list[float]) -> tuple[float, float, float]:
@@ -235,7 +255,7 @@ def _rows(runs: list[Outcome], peers: list[Outcome], size: Size) -> list[Row]:
     )
     if peers:
         peer_hyd = [x.hydrate.get("p99_us", 0) / 1000 for x in peers]
-        hyd_note += f"; admission off p99 {_runs(peer_hyd, '.3f')} ms"
+        hyd_note += f"; {peer_label} p99 {_runs(peer_hyd, '.3f')} ms"
     rows = [
         row(
             "storm: hydrate p99",
@@ -330,7 +350,7 @@ def _rows(runs: list[Outcome], peers: list[Outcome], size: Size) -> list[Row]:
                 f"delta {_runs([x.rejected_rate for x in runs], '.0f')}; attempts "
                 f"{_runs([float(x.report.attempts) for x in runs], ',.0f')}; attempt waves "
                 + " / ".join(" ".join(str(w) for w in x.report.attempt_waves[:5]) for x in runs)
-                + (f"; admission off: {_runs(peer_503, '.0f')}" if peers else "")
+                + (f"; {peer_label}: {_runs(peer_503, '.0f')}" if peers else "")
             ),
         )
     )
@@ -363,10 +383,82 @@ def _rows(runs: list[Outcome], peers: list[Outcome], size: Size) -> list[Row]:
     return rows
 
 
-def run(quick: bool = False) -> list[Row]:
+def second_wave(report: LoadReport) -> int:
+    """Attempts beyond each terminal's first retry (``attempt_waves[2:]``): a storm that
+    settles has none."""
+    return sum(report.attempt_waves[2:])
+
+
+def _steady_rows(runs: list[Outcome], size: Size) -> list[Row]:
+    """Issue 12's storm target: every terminal streaming within 10 s of the last wave, and no
+    second wave of retries."""
+    tag = f"{runs[0].variant}, {size.terminals:,} x {WATCHLIST} sym"
+    rec = [_recovery(x, size) for x in runs]
+    met = [ok and r <= STEADY_TARGET_S for r, ok in rec]
+    v, lo, hi = median_min_max([r for r, _ in rec])
+    waves = [float(second_wave(x.report)) for x in runs]
+    w, wlo, whi = median_min_max(waves)
+    common = f"{runs[0].pinned}; --rate {RATE:,}; {len(runs)} run(s), alternated on fresh servers"
+    return [
+        row(
+            "storm: steady state after the last wave",
+            tag,
+            v,
+            "s",
+            lo=lo,
+            hi=hi,
+            note=(
+                "recovery_s (every due terminal receiving from then on) "
+                f"{_runs([r for r, _ in rec], '.0f')} s"
+                f"; target <= {STEADY_TARGET_S:g} s: {'met' if all(met) else 'NOT met'} "
+                f"({met.count(True)} of {len(met)} runs); up at end/due "
+                + " / ".join(f"{x.report.up_at_end:,}/{x.report.due_at_end:,}" for x in runs)
+                + f"; {common}"
+            ),
+        ),
+        row(
+            "storm: second wave of retries",
+            tag,
+            w,
+            "attempts",
+            lo=wlo,
+            hi=whi,
+            note=(
+                "attempts beyond each terminal's first retry (attempt_waves[2:]) "
+                f"{_runs(waves, '.0f')}"
+                "; attempt waves (first tries, 1st retries, ...) "
+                + " / ".join(" ".join(str(n) for n in x.report.attempt_waves[:6]) for x in runs)
+                + f"; target: none; {common}"
+            ),
+        ),
+    ]
+
+
+def compare(size: Size, writers: int, log: Any) -> list[Row]:
+    """The host with ``writers`` writers against the one-process node, default admission both,
+    alternated on fresh servers."""
+    node: list[Outcome] = []
+    host: list[Outcome] = []
+    for i in range(size.repeats):
+        order = [(0, node), (writers, host)][:: 1 if i % 2 == 0 else -1]
+        for n, into in order:
+            name = f"host, {n} writers" if n else "1 process"
+            into.append(storm(size, name, {}, log, n))
+    return (
+        _rows(host, node, size, "1 process")
+        + _steady_rows(host, size)
+        + _rows(node, [], size)
+        + _steady_rows(node, size)
+    )
+
+
+def run(quick: bool = False, writers: int = 0) -> list[Row]:
+    """``writers`` 0: admission default against off on the node; N: the host against the node."""
     size = QUICK if quick else FULL
     raise_nofile()  # the server inherits it: 6,000 sockets
     log = lambda m: print(m, file=sys.stderr)  # noqa: E731
+    if writers:
+        return compare(size, writers, log)
     base: list[Outcome] = []
     off: list[Outcome] = []
     for i in range(size.repeats):  # alternate, so drift on a shared machine hits both alike
@@ -380,8 +472,18 @@ def run(quick: bool = False) -> list[Row]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="300 terminals instead of 6,000")
+    parser.add_argument(
+        "--writers",
+        type=int,
+        default=0,
+        metavar="N",
+        help="storm the host (monotape run --writers N) beside the one-process node "
+        "(default 0: admission default against off on the node)",
+    )
     args = parser.parse_args()
-    print_rows(run(args.quick))
+    if not 0 <= args.writers <= 16:
+        parser.error("--writers must be 0-16 (the frame ring's reader slots)")
+    print_rows(run(args.quick, args.writers))
 
 
 if __name__ == "__main__":

@@ -30,10 +30,16 @@ def can_pin(*cpus: int) -> bool:
 
 
 def start_pinned(
-    rate: int, env: dict[str, str], *, cpu: int | None, sub: str = "bench"
+    rate: int,
+    env: dict[str, str],
+    *,
+    cpu: int | None,
+    sub: str = "bench",
+    writers: int | None = None,
 ) -> RunningNode:
     """``monotape run --rate RATE`` in a temporary data dir (removed at its stop), pinned to
-    ``cpu`` unless None."""
+    ``cpu`` unless None. ``writers`` N > 0 starts the multi-process host (``--writers N``);
+    pass ``cpu=None`` for it: its roles are meant to spread over every core."""
 
     def pin() -> None:  # in the child, before exec: every thread of the server inherits it
         if cpu is not None:
@@ -42,6 +48,7 @@ def start_pinned(
     return launch(
         None, "--rate", str(rate), env=env,
         preexec_fn=pin if cpu is not None else None, keep_lines=2_000, sub=sub,
+        writers=writers or 0,  # None: the one-process node (the default is now the host)
     )  # fmt: skip
 
 

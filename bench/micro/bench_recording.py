@@ -4,8 +4,9 @@ The in-process pipeline without sockets, driven by a fake clock so both variants
 the same ticks: simulator -> both feed handlers of every venue (drift included) -> sequencer
 lanes -> a 40 ms frame with every changed record encoded once. "on" stamps every tick at decode,
 sequence, conflate and encode through ``StageStamps`` (whole batches, struct of arrays, into HDR
-histograms), and closes each frame as the node does, with ``written``: three write latencies and
-every changed instrument written, so tick_to_write gets a value per admitted tick; "off" runs the
+histograms), and closes each frame as the node does, with ``framed`` (given the frame's record
+count) and ``written``: three write latencies and every changed instrument written, so
+tick_to_write gets a value per admitted tick; "off" runs the
 same loop with stamping skipped (the frame's instrument ids, the fan-out's output, are built in
 both). Metric: CPU seconds (process time) per handler-delivered tick, turned into ticks/s; runs
 interleaved off/on, median of several, and the median of the per-pair ratios (a pair runs back to
@@ -88,7 +89,8 @@ def _pipeline_cpu(seconds: float, rate: float, stamping: bool) -> tuple[float, i
                 iids.append(rec.new.iid)
             written = np.array(iids, dtype=np.int64)  # the fan-out's written_iids
             if stamping:
-                stamps.framed(next_frame, clock.now_ns(), clock.wall_ns() - clock.now_ns())
+                offset = clock.wall_ns() - clock.now_ns()
+                stamps.framed(next_frame, clock.now_ns(), offset, len(frame.records))
                 stamps.written(latencies, written)
             next_frame += FRAME_NS
     if stamping:

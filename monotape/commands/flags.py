@@ -8,9 +8,10 @@ reads a flag, and fails on a bad one, the same way.
 from __future__ import annotations
 
 import argparse
-import asyncio
-from collections.abc import Callable, Coroutine
-from typing import Any, NoReturn, TypeAlias, TypeVar
+from collections.abc import Callable
+from typing import Literal, NoReturn, TypeAlias, TypeVar
+
+from monotape.loops import run_loop
 
 __all__ = [
     "URL_HELP",
@@ -24,6 +25,7 @@ __all__ = [
     "positive_int",
     "run_loop",
     "seconds",
+    "writers_flag",
 ]
 
 T = TypeVar("T")
@@ -79,17 +81,21 @@ positive_float = bounded(
     float, "a number", lambda v: 0 < v < _INF, "{text} must be a positive number"
 )
 
+_writer_number = bounded(
+    int, "a whole number", lambda v: 0 <= v <= 16, "must be 0..16 or auto, got {text}"
+)
 
-def run_loop(coro: Coroutine[Any, Any, T]) -> T:
-    """Run a command's coroutine on uvloop where it is installed (every Linux install)."""
+
+def writers_flag(text: str) -> int | Literal["auto"]:
+    """``--writers``: a number 0..16, or "auto" (a writer per core), as host.writers takes."""
+    if text.strip().lower() == "auto":
+        return "auto"
     try:
-        import uvloop
-
-        factory: Callable[[], asyncio.AbstractEventLoop] | None = uvloop.new_event_loop
-    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
-        factory = None
-    with asyncio.Runner(loop_factory=factory) as runner:
-        return runner.run(coro)
+        return _writer_number(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a writer count: use 0..16, or auto (one per core)"
+        ) from None
 
 
 URL_HELP = (

@@ -16,18 +16,31 @@ import contextlib
 import os
 import shlex
 import signal
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
+from msgspec.structs import replace
+
 from monotape.commands.clientside import ClientError
 from monotape.config import Config
+from monotape.log import log_event
 from monotape.platform.server.sendmany import describe
 
 if TYPE_CHECKING:
     from monotape.platform.host.host import Host
     from monotape.platform.node.node import Node
 
-__all__ = ["DEFAULT_DATA_DIR", "banner", "host_banner", "run_host", "run_node"]
+__all__ = [
+    "DEFAULT_DATA_DIR",
+    "NODE_ONLY",
+    "banner",
+    "host_banner",
+    "node_only_reason",
+    "process_model",
+    "run_host",
+    "run_node",
+]
 
 DEFAULT_DATA_DIR: Final = ".monotape"
 
@@ -36,13 +49,20 @@ def _say(text: str) -> None:
     print(text, flush=True)
 
 
-def banner(node: Node, cfg: Config) -> str:
+def banner(node: Node, cfg: Config, fallback: str | None = None) -> str:
     """What is listening, and commands that work as printed: the client commands find this
-    node through its data dir, so the hints name the data dir whenever it is not the default."""
+    node through its data dir, so the hints name the data dir whenever it is not the default.
+    ``fallback``: why "auto" writers gave this one process (``node_only_reason``), said on the
+    processes line instead of the hint that the default is a process per core."""
     host = cfg.server.host
     source = f"replay {cfg.feeds.replay}" if node.replay else f"{len(node.handlers)} feed handlers"
     keys = [i.key for i in node.universe]
     example = "XNAS:AAPL" if "XNAS:AAPL" in keys else (keys[0] if keys else "VENUE:SYMBOL")
+    processes = (
+        f"one: {fallback} (docs/processes.md)"
+        if fallback
+        else "one (without --single-process: a writer process per core, docs/processes.md)"
+    )
     # Absolute: the hint must work from any directory, which is where a new user runs it.
     where = shlex.quote(str(Path(cfg.data_dir).resolve()))
     dd = "" if cfg.data_dir == DEFAULT_DATA_DIR else f" --data-dir {where}"
@@ -58,7 +78,7 @@ def banner(node: Node, cfg: Config) -> str:
         f"  symbols    monotape symbols{dd} [PATTERN]\n"
         f"  data dir   {Path(cfg.data_dir).resolve()}\n"
         f"  writer     {describe(cfg.server.native_writer)} (server.native_writer)\n"
-        "  processes  one (--writers N runs N writer processes: docs/processes.md)\n"
+        f"  processes  {processes}\n"
         "Ctrl-C stops it (drains terminals first; Ctrl-C again closes them at once)."
     )
 
@@ -90,8 +110,11 @@ def host_banner(host: Host, cfg: Config, ready: bool) -> str:
         f"  terminals  ws://{h}:{host.ws_port}/      (try: monotape tape{dd} XNAS:AAPL)\n"
         f"  metrics    http://{h}:{host.admin_port}/metrics   (every process: label process)\n"
         f"  health     http://{h}:{host.admin_port}/healthz   (503 while a process is down)\n"
-        f"  processes  http://{h}:{host.admin_port}/admin/processes  "
+        f"  admin      http://{h}:{host.admin_port}/admin/  "
         f"(Authorization: Bearer $(monotape token{dd} --sub you --admin))\n"
+        f"  processes  http://{h}:{host.admin_port}/admin/processes  (the same token)\n"
+        f"  dashboards http://{h}:{host.admin_port}/dashboards  (sign in with an admin token)\n"
+        f"  watchlist  http://{h}:{host.admin_port}/watchlist  ({_watchlist_sign_in(cfg)})\n"
         f"  symbols    monotape symbols{dd}   (keys a terminal can subscribe to)\n"
         f"  data dir   {Path(cfg.data_dir).resolve()}\n"
         f"  run dir    {host.run_dir}\n"
@@ -126,37 +149,53 @@ async def _watch_drain(node: Node) -> None:
             )
 
 
-async def run_host(cfg: Config, duration: float | None, host: Host | None = None) -> int:
-    """``monotape run --writers N``: the host in the foreground (``host`` given: a test's)."""
-    from monotape.platform.host.host import Host
-    from monotape.platform.node.endpoints import ListenError
-
-    host = host if host is not None else Host(cfg)
-    try:
-        await host.start()
-    except ListenError as exc:
-        raise ClientError(str(exc)) from None
+def _stop_ladder(
+    first: Callable[[signal.Signals], None], hurry_words: str, hurry: Callable[[], None]
+) -> None:
+    """Ctrl-C (or SIGTERM) once: ``first``, the ordered stop, which says what it stops; twice:
+    ``hurry``, at once, said in ``hurry_words``; three times: leave without cleanup."""
     loop = asyncio.get_running_loop()
-    signals = 0
+    presses = 0
 
     def on_signal(sig: signal.Signals) -> None:
-        nonlocal signals
-        signals += 1
-        if signals == 1:
-            _say(
-                f"stopping ({sig.name}): venue, feed handlers, writers, then the sequencer, "
-                f"within {cfg.host.stop_timeout_s:g} s; press Ctrl-C again to kill them now"
-            )
-            host.request_stop()
-        elif signals == 2:
-            _say("stopping now: killing every process")
-            host.hurry()
+        nonlocal presses
+        presses += 1
+        if presses == 1:
+            first(sig)
+        elif presses == 2:
+            _say(hurry_words)
+            hurry()
         else:
             _say("stopped without cleanup")
             os._exit(130)
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, on_signal, sig)
+
+
+async def run_host(cfg: Config, duration: float | None, host: Host | None = None) -> int:
+    """``monotape run --writers N``: the host in the foreground (``host`` given: a test's)."""
+    from monotape.platform.feeds.replay import ReplayError
+    from monotape.platform.host.host import Host
+    from monotape.platform.node.datadir_lock import DataDirInUse
+    from monotape.platform.node.endpoints import ListenError
+
+    host = host if host is not None else Host(cfg)
+    try:
+        await host.start()
+    except (ListenError, DataDirInUse) as exc:
+        raise ClientError(str(exc)) from None
+    except ReplayError as exc:  # the host reads the replay's dictionary before any role starts
+        raise ClientError(f"--replay: {exc}") from None
+
+    def first(sig: signal.Signals) -> None:
+        _say(
+            f"stopping ({sig.name}): venue, feed handlers, writers, then the sequencer, "
+            f"within {cfg.host.stop_timeout_s:g} s; press Ctrl-C again to kill them now"
+        )
+        host.request_stop()
+
+    _stop_ladder(first, "stopping now: killing every process", host.hurry)
     try:
         ready = await host.wait_ready(cfg.host.start_timeout_s)
         if not host.table.stopping:
@@ -172,10 +211,55 @@ async def run_host(cfg: Config, duration: float | None, host: Host | None = None
     return 0
 
 
+# Settings only the one-process node honours so far (the host's roles do not restart a feed
+# handler on a timer, nor serve the fault-injection route): (flag, is it on).
+NODE_ONLY: Final[tuple[tuple[str, Callable[[Config], bool]], ...]] = (
+    ("--restart-every", lambda c: c.feeds.restart_every_s > 0),
+    ("--enable-fault-injection", lambda c: c.server.fault_injection),
+)
+
+
+def node_only_reason(cfg: Config) -> str | None:
+    """Why "auto" writers resolve to the one-process node here, in words (None: they do not)."""
+    node_only = [flag for flag, on in NODE_ONLY if on(cfg)]
+    if cfg.host.writers != "auto" or not node_only:
+        return None
+    return (
+        f"{' and '.join(node_only)} needs the one-process node: the multi-process host does "
+        f"not support {'them' if len(node_only) > 1 else 'it'} yet"
+    )
+
+
+def process_model(cfg: Config) -> Config:
+    """``cfg`` with ``host.writers`` a number: "auto" is one writer per core, or 0 (the
+    one-process node, said in one log line) when a setting only that node honours is on; an
+    explicit ``--writers N`` with such a setting is refused rather than half obeyed."""
+    writers = cfg.host.writers
+    node_only = [flag for flag, on in NODE_ONLY if on(cfg)]
+    if writers == "auto":
+        writers = 0 if node_only else cfg.host.writer_count
+        if node_only:
+            log_event(
+                "one_process_node",
+                level="warning",
+                reason="the multi-process host does not support these yet",
+                settings=node_only,
+            )
+    elif writers > 0 and node_only:
+        raise ClientError(
+            f"{' and '.join(node_only)} needs the one-process node: add "
+            f"--single-process, or drop {' and '.join(node_only)} (docs/processes.md)"
+        )
+    return replace(cfg, host=replace(cfg.host, writers=writers))
+
+
 async def run_node(cfg: Config, duration: float | None) -> int:
-    if cfg.host.writers > 0:
+    fallback = node_only_reason(cfg)  # before resolving: a resolved config has a number
+    cfg = process_model(cfg)
+    if cfg.host.writer_count > 0:
         return await run_host(cfg, duration)
     from monotape.platform.feeds.replay import ReplayError
+    from monotape.platform.node.datadir_lock import DataDirInUse
     from monotape.platform.node.endpoints import ListenError
     from monotape.platform.node.node import Node
 
@@ -185,38 +269,26 @@ async def run_node(cfg: Config, duration: float | None) -> int:
         raise ClientError(f"--replay: {exc}") from None
     try:
         await node.start()
-    except ListenError as exc:
+    except (ListenError, DataDirInUse) as exc:
         raise ClientError(str(exc)) from None
-    _say(banner(node, cfg))
-    loop = asyncio.get_running_loop()
-    signals = 0
+    _say(banner(node, cfg, fallback))
 
-    def on_signal(sig: signal.Signals) -> None:
-        nonlocal signals
-        signals += 1
-        if signals == 1:
-            n = len(node.server.connections)
-            if cfg.server.drain_on_stop and n:
-                srv = cfg.server
-                expected = max(0, -(-n // max(1, round(n * srv.drain_fraction))) - 1)
-                _say(
-                    f"stopping ({sig.name}): draining {n} terminals, {srv.drain_fraction:.0%} "
-                    f"every {srv.drain_interval_s:g} s (about {expected * srv.drain_interval_s:.0f}"
-                    " s) so they do not all reconnect at once; press Ctrl-C again to close "
-                    "them now"
-                )
-            else:
-                _say(f"stopping ({sig.name})")
-            node.request_stop()
-        elif signals == 2:
-            _say("stopping now: closing every terminal at once")
-            node.hurry()
+    def first(sig: signal.Signals) -> None:
+        n = len(node.server.connections)
+        if cfg.server.drain_on_stop and n:
+            srv = cfg.server
+            expected = max(0, -(-n // max(1, round(n * srv.drain_fraction))) - 1)
+            _say(
+                f"stopping ({sig.name}): draining {n} terminals, {srv.drain_fraction:.0%} "
+                f"every {srv.drain_interval_s:g} s (about {expected * srv.drain_interval_s:.0f}"
+                " s) so they do not all reconnect at once; press Ctrl-C again to close "
+                "them now"
+            )
         else:
-            _say("stopped without cleanup")
-            os._exit(130)
+            _say(f"stopping ({sig.name})")
+        node.request_stop()
 
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, on_signal, sig)
+    _stop_ladder(first, "stopping now: closing every terminal at once", node.hurry)
     try:
         if duration:
             with contextlib.suppress(TimeoutError):

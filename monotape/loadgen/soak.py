@@ -24,11 +24,13 @@ The node is the launcher's (``launch.RunningNode``: free ports, its own data dir
 ``/metrics`` parsed by Prometheus' own parser); the knobs and the command line live in
 ``soak_plan``, the verdict and the report lines in ``soak_verdict``.
 
-``writers`` > 0 soaks the multi-process host instead (``monotape run --writers N``,
-docs/processes.md) with the same churn and the same verdict, read from what a host serves:
+By default it soaks what ``monotape run`` starts with no flag, the multi-process host (a writer
+per core, docs/processes.md); ``writers`` = N passes ``--writers N``, and 0 soaks the one-process
+node. The same churn and the same verdict, on a host read from what it serves:
 its /metrics, every process's series under a ``process`` label (the node-wide figures are their
 totals; tasks, fds and RSS are judged per process), and the invariants each writer checks and
-logs. A host has no ``/admin/invariants`` (its invariant line says so), and adds one check: no
+logs, and the trips its ``/admin/invariants`` sums over every writer (a writer that answer keeps
+leaving out, after a few asks, fails the invariants check by name). A host adds one check: no
 process restarted and every writer served terminals. Its baseline and final samples are taken
 only once every process answered the host's scrape (a few tries), since a process left out of
 one would be judged on nothing.
@@ -84,6 +86,9 @@ __all__ = [
 
 _TRIPPED: Final = "invariant_tripped"
 _WHOLE_TRIES: Final = 4  # scrapes for a baseline or final sample that every process is in
+# Asks of GET /admin/invariants, a second apart, while a writer is missing from its answer: a
+# writer still missing after these fails the invariants check (its trips are unknown).
+_TRIPS_TRIES: Final = 4
 
 
 # -- the server --------------------------------------------------------------------------------
@@ -113,7 +118,7 @@ async def _start(cfg: SoakConfig, trips: _Trips) -> RunningNode:
     return await alaunch(
         cfg.data_dir,
         "--rate", f"{cfg.server_rate:g}", *cfg.server_args,
-        writers=cfg.writers if cfg.on_host else None,
+        writers=cfg.writers,  # None: no flag, what `monotape run` starts; 0: the node
         env=env,
         timeout_s=cfg.startup_timeout_s,
         keep_lines=0,  # hours of output: the launcher's tail is enough
@@ -128,15 +133,44 @@ def _complete(s: Sample) -> bool:
     return s.up.keys() <= s.processes.keys()
 
 
-async def _invariant_trips(node: RunningNode, timeout_s: float) -> dict[str, int] | None:
-    """``trips`` of ``GET /admin/invariants``: every trip since start, even one that recovered
-    between two samples. None if the admin API did not answer."""
-    try:
-        body = await node.aget("/admin/invariants", node.admin_token, timeout_s)
-        trips = msgspec.json.decode(body).get("trips", {})
-        return {str(k): int(v) for k, v in trips.items()}
-    except (OSError, TimeoutError, ValueError, AttributeError, msgspec.DecodeError):
-        return None
+async def _invariant_trips(
+    node: RunningNode, timeout_s: float, tries: int = _TRIPS_TRIES, pause_s: float = 1.0
+) -> tuple[dict[str, int] | None, list[str]]:
+    """``trips`` of ``GET /admin/invariants`` (every trip since start, even one that recovered
+    between two samples), and the writers a host's answer left out (``missing``). Asked again,
+    ``pause_s`` apart, up to ``tries`` times while some writer is missing (one slow scrape);
+    still missing at the end: (None, the writers), and the caller fails the check, since a
+    missing writer's trips would read as none. (None, []): the admin API did not answer."""
+    missing: list[str] = []
+    for attempt in range(tries):
+        if attempt:
+            await asyncio.sleep(pause_s)
+        try:
+            body = await node.aget("/admin/invariants", node.admin_token, timeout_s)
+            decoded = msgspec.json.decode(body)
+            missing = [str(name) for name in decoded.get("missing") or ()]
+            if not missing:
+                trips = decoded.get("trips", {})
+                return {str(k): int(v) for k, v in trips.items()}, []
+        except (OSError, TimeoutError, ValueError, AttributeError, msgspec.DecodeError):
+            if not missing:
+                return None, []
+    return None, missing
+
+
+def _fail_missing(verdict: SoakVerdict, missing: Sequence[str], tries: int) -> SoakVerdict:
+    """The verdict with its invariants check failed, naming the writers /admin/invariants left
+    out every time: their trips are unknown, and unknown is not none."""
+    if not missing:
+        return verdict
+    failed = Check(
+        "invariants",
+        False,
+        f"{', '.join(missing)} missing from GET /admin/invariants in {tries} asks a second "
+        "apart: its trips are unknown",
+    )
+    checks = [failed if c.name == "invariants" else c for c in verdict.checks]
+    return msgspec.structs.replace(verdict, checks=checks, passed=False)
 
 
 # -- the run -----------------------------------------------------------------------------------
@@ -212,7 +246,10 @@ async def run_soak(cfg: SoakConfig, out: TextIO = sys.stdout) -> SoakVerdict:
     try:
         soak = _Soak(cfg, out, server)
         churn_cfg = cfg.churn_config()
-        what = f"monotape run --writers {cfg.writers}" if cfg.on_host else "monotape run"
+        what = "monotape run" + ("" if cfg.writers is None else f" --writers {cfg.writers}")
+        if cfg.writers is None:
+            n = cfg.writer_count
+            what += f" (the default: {n} writer{'s' if n != 1 else ''}, one per core)"
         soak.print(
             f"soak: {what} on {server.bare_url} (metrics :{server.admin_port}), "
             f"churn {hms(churn_cfg.duration_s)} at {churn_cfg.arrival_rate_per_s:g}/s "
@@ -251,9 +288,7 @@ async def run_soak(cfg: SoakConfig, out: TextIO = sys.stdout) -> SoakVerdict:
         await soak.sample_until(soak.loop.time() + cfg.settle_s)
         soak.phase = "final"
         final = await soak.whole_sample()
-        invariant_trips = (
-            None if cfg.on_host else await _invariant_trips(server, cfg.scrape_timeout_s)
-        )
+        invariant_trips, missing = await _invariant_trips(server, cfg.scrape_timeout_s)
 
         # SIGTERM, what a service manager sends (docs/deploy.md): the verdict judges that path.
         code = await server.astop(cfg.stop_timeout_s, signal.SIGTERM)
@@ -269,8 +304,9 @@ async def run_soak(cfg: SoakConfig, out: TextIO = sys.stdout) -> SoakVerdict:
             server_exit=code,
             missed_scrapes=soak.missed,
             elapsed_s=time.monotonic() - started,
-            writers=cfg.writers,
+            writers=cfg.writer_count,
         )
+        verdict = _fail_missing(verdict, missing, _TRIPS_TRIES)
         soak.print(format_verdict(verdict))
         if not verdict.passed:
             soak.print("server output (last lines):\n" + "".join(list(server.tail)[-20:]))

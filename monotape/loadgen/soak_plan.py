@@ -15,6 +15,7 @@ import msgspec
 from msgspec import Meta
 
 from monotape import metric_names as m
+from monotape.config import HostConfig
 from monotape.loadgen.churn import ChurnConfig
 from monotape.loadgen.launch import Samples, parse_samples
 
@@ -72,8 +73,10 @@ class SoakConfig(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_field
     server_rate: Positive = 6_000.0  # `monotape run --rate`: simulated ticks/s
     invariant_interval_s: Positive = 5.0  # MONOTAPE_SERVER__INVARIANT_INTERVAL_S for the server
     server_args: tuple[str, ...] = ()  # extra `monotape run` flags
-    # `monotape run --writers N`: 0 is the one-process node; N > 0 the multi-process host
-    writers: Annotated[int, Meta(ge=0, le=16)] = 0
+    # `monotape run --writers N`: 0 is the one-process node; N > 0 the multi-process host;
+    # None (the default) launches `monotape run` with no flag: what the product starts (a host
+    # with a writer per core), so `make soak` soaks what people run
+    writers: Annotated[int, Meta(ge=0, le=16)] | None = None
     # The churn's knobs as given (`monotape load churn --writers N`): used as they are instead
     # of the ones derived from hours, rate and the rest above.
     churn: ChurnConfig | None = None
@@ -88,8 +91,14 @@ class SoakConfig(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_field
         return self.churn.duration_s if self.churn is not None else self.hours * 3600.0
 
     @property
+    def writer_count(self) -> int:
+        """The writers the soaked ``monotape run`` starts: ``writers``, or for None the
+        product default's (``host.writers = "auto"``: one per core of this machine)."""
+        return HostConfig().writer_count if self.writers is None else self.writers
+
+    @property
     def on_host(self) -> bool:
-        return self.writers > 0
+        return self.writer_count > 0
 
     def churn_config(self) -> ChurnConfig:
         if self.churn is not None:
@@ -242,8 +251,8 @@ def add_soak_flags(p: argparse.ArgumentParser) -> None:
         type=int,
         default=d.writers,
         metavar="N",
-        help="soak `monotape run --writers N`, the multi-process host (docs/processes.md); "
-        "default 0: the one-process node",
+        help="soak `monotape run --writers N` (docs/processes.md); default: `monotape run` "
+        "as it starts with no flag, a writer per core; 0: the one-process node",
     )
     p.add_argument("--report-every", type=float, default=d.report_every_s, metavar="S")
     p.add_argument("--sample-every", type=float, default=d.sample_every_s, metavar="S")

@@ -156,3 +156,67 @@ def test_latency_bench_holds_a_tiny_population(monkeypatch: pytest.MonkeyPatch) 
         "latency: load client CPU",
         "latency: GC-tracked allocations (net)",
     }
+
+
+# -- the host beside the node (issue 12) ---------------------------------------------------------
+_BOUNDS = (0.0001, 0.001, 0.005, 0.025, 0.1, 1.0, float("inf"))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.integers(0, 5), min_size=len(_BOUNDS), max_size=len(_BOUNDS)),
+    st.lists(st.integers(0, 5), min_size=len(_BOUNDS), max_size=len(_BOUNDS)),
+)
+def test_gc_window_gives_the_window_count_and_the_longest_pause_bucket(
+    before: list[int], added: list[int]
+) -> None:
+    """Cumulative buckets before and after a window: the window's collections are the +Inf
+    delta and the longest pause is the bound of the highest bucket that gained one."""
+
+    def cumulative(counts: list[int]) -> dict[float, float]:
+        out, total = {}, 0
+        for le, n in zip(_BOUNDS, counts, strict=True):
+            total += n
+            out[le] = float(total)
+        return out
+
+    after = [b + a for b, a in zip(before, added, strict=True)]
+    got = bench_latency.gc_window(
+        {("writer-0", "2"): cumulative(before)},
+        {("writer-0", "2"): cumulative(after), ("writer-0", "0"): cumulative(after)},
+        "2",
+    )
+    highest = max((le for le, n in zip(_BOUNDS, added, strict=True) if n), default=0.0)
+    assert got == {"writer-0": (sum(added), highest * 1000)}
+
+
+def test_gc_window_counts_a_process_that_appeared_inside_the_window() -> None:
+    after = {("writer-1", "2"): {0.001: 0.0, 0.005: 2.0, float("inf"): 2.0}}
+    assert bench_latency.gc_window({}, after, "2") == {"writer-1": (2, 5.0)}
+
+
+@pytest.mark.slow
+def test_latency_bench_measures_a_host_beside_the_node(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--writers 2`` on a tiny population: the host's terminals are split over its writers,
+    every role's CPU is read, the capacity rows come out. Shapes only, never timings."""
+    for name, value in NO_LAG_SHEDDING.items():
+        monkeypatch.setenv(name, value)
+    size = bench_latency.Size(rate=20_000, terminals=20, ramp_s=1, window_s=3, processes=1)
+    log: list[str] = []
+    o = bench_latency.measure(size, size.terminals, "smoke host", log.append, writers=2)
+    assert o.connections == 20, log
+    assert sum(o.split.values()) == 20 and set(o.split) == {"writer-0", "writer-1"}, log
+    assert o.frames_per_terminal_s > 0 and o.frames_per_s > 0, log
+    assert o.errors_received == 0 and not o.errors, (o.errors, log)
+    roles = o.cpu_by_role()
+    assert {"host", "sequencer", "writer", "handler", "venue"} <= set(roles), roles
+    assert roles["handler"] > 0 and roles["sequencer"] > 0
+    assert {"sequencer", "writer-0", "writer-1"} <= set(o.gen2_by_process), o.gen2_by_process
+    rows = bench_latency._host_rows([o], "smoke", "")
+    names = {r.benchmark for r in rows}
+    assert {
+        "host: ingest CPU per 1,000 ticks",
+        "host: writer CPU per 1,000 delivered frames",
+        "host: longest gen-2 pause of any process",
+        "host: CPU of the writer role",
+    } <= names

@@ -495,3 +495,68 @@ def test_the_25_hz_connections_of_a_signature_are_kept_until_it_changes() -> Non
     for cid in (1, 2, 3):
         index.remove_connection(cid)
     assert index.paced_connections(sig) == frozenset() and index.is_empty()
+
+
+_index_op = st.one_of(
+    st.tuples(st.just("subscribe"), _cid, _iids),
+    st.tuples(st.just("unsubscribe"), _cid, _iids),
+    st.tuples(st.just("rate"), _cid, st.sampled_from([1, 2, 5])),
+    st.tuples(st.just("remove"), _cid),
+    st.tuples(st.just("look"), st.sampled_from([2, 5])),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(ops=st.lists(_index_op, min_size=1, max_size=40))
+def test_what_the_index_keeps_for_boundaries_is_what_it_would_compute_now(
+    ops: list[tuple[object, ...]],
+) -> None:
+    """``rate_groups`` and ``slow_only`` are kept between changes (a boundary must not pay for
+    a set per group): after any sequence of subscribes, unsubscribes, rate changes, teardowns
+    and looks, they equal what the index's plain queries say now."""
+    index = SubscriptionIndex()
+    for op in ops:
+        cid = op[1]
+        if op[0] == "look":
+            index.rate_groups(op[1])  # type: ignore[arg-type]
+            index.slow_only()
+            continue
+        if cid not in index.connection_ids():
+            index.add_connection(cid)  # type: ignore[arg-type]
+        if op[0] == "subscribe":
+            index.subscribe(cid, op[2])  # type: ignore[arg-type]
+        elif op[0] == "unsubscribe":
+            index.unsubscribe(cid, op[2])  # type: ignore[arg-type]
+        elif op[0] == "rate":
+            index.set_rate(cid, op[2])  # type: ignore[arg-type]
+        else:
+            index.remove_connection(cid)  # type: ignore[arg-type]
+        for k in (2, 5):
+            view = index.rate_groups(k)
+            truth = {sig: conns for sig, conns in index.rated_groups(k)}
+            assert {sig: set(conns) for sig, conns, _m in view.groups} == truth
+            assert all(members == index.sorted_members(sig) for sig, _c, members in view.groups)
+            assert view.watched == {iid for sig in truth for iid in index.members(sig)}
+        live = index.connection_ids()
+        fast = {index.signature(c) for c in live if index.rate(c) == 1} - {None}
+        watched_fast = {iid for sig in fast for iid in index.members(sig)}  # type: ignore[arg-type]
+        watched = {iid for c in live for iid in index.subscriptions(c)}
+        assert index.slow_only() == watched - watched_fast
+
+
+def test_a_rate_group_keeps_its_connection_set_between_boundaries_until_it_changes() -> None:
+    """The native writer keeps a group's connection tuple under the group's set: the same
+    object at every boundary until a change (no rebuild, no copy per boundary)."""
+    index = SubscriptionIndex()
+    for cid in (1, 2, 3):
+        index.add_connection(cid)
+        index.subscribe(cid, [1, 2])
+    index.set_rate(1, 5)
+    index.set_rate(2, 5)
+    ((_sig, group, members),) = index.rate_groups(5).groups
+    assert group == frozenset({1, 2}) and members == (1, 2)
+    assert index.rate_groups(5).groups[0][1] is group
+    assert index.slow_only() == frozenset()  # terminal 3 watches both at 25 Hz
+    index.set_rate(3, 5)
+    assert index.rate_groups(5).groups[0][1] == frozenset({1, 2, 3})
+    assert index.slow_only() == {1, 2}

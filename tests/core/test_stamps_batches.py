@@ -12,6 +12,7 @@ import random
 from collections.abc import Sequence
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -139,6 +140,49 @@ def test_by_batch_equals_tick_by_tick(
     _same(ref.values, recorders)
 
 
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.tuples(st.lists(_batch, max_size=5), st.booleans()), min_size=1, max_size=6),
+    st.integers(0, 2),
+)
+def test_the_frames_record_count_skips_the_pass_over_ticks(
+    frames: list[tuple[list[tuple[bool, list[tuple[int, int, int, int]]]], bool]],
+    direct: int,
+) -> None:
+    """``framed(symbols=)``, the frame's record count, as the node passes it: when the written
+    instruments are as many, every tick counts without reading one; when fewer, each tick is
+    looked up. Either way the same values as tick by tick (instruments written: among the
+    frame's, as the fan-out's are)."""
+    recorders = Recorders(start_ms=0)
+    stamps = StageStamps(recorders)
+    ref = PerTick()
+    boundary = 0
+    latencies = [MS, 3 * MS]
+    for batches, all_written in frames:
+        boundary += 40 * MS
+        for _shared, items in batches:
+            ticks = [
+                _tick(iid, OFFSET + boundary - 40 * MS - lag_ms * MS, boundary - 40 * MS)
+                for iid, lag_ms, _, _ in items
+            ]
+            for t in ticks:
+                t.admitted_ns = t.decoded_ns + MS
+            stamps.decoded(ticks)
+            ref.decoded(ticks, OFFSET)
+            applied = ticks[1::2]
+            stamps.admitted(applied)
+            ref.admitted(applied)
+        symbols = sorted({t.iid for t in ref._pending})  # conflation: one record per instrument
+        written = symbols if all_written else symbols[1::2]
+        assert stamps.framed(boundary, boundary + MS, OFFSET, len(symbols)) == len(ref._pending)
+        ref.framed(boundary, boundary + MS)
+        stamps.written(
+            np.array(latencies, dtype=np.int64), np.array(written, dtype=np.int64), direct
+        )
+        ref.written(latencies, set(written), direct)
+    _same(ref.values, recorders)
+
+
 def test_a_mixed_batch_is_stamped_tick_by_tick() -> None:
     """Ends that differ mean more than one stamp: each tick keeps its own."""
     recorders = Recorders(start_ms=0)
@@ -153,9 +197,10 @@ def test_a_mixed_batch_is_stamped_tick_by_tick() -> None:
     assert h["conflate"].get_count_at_value(34_000) == h["conflate"].get_count_at_value(28_000) == 1
 
 
-def _simulated(frames: int) -> tuple[Recorders, dict[str, int]]:
+def _simulated(frames: int, every: bool = False) -> tuple[Recorders, dict[str, int]]:
     """The bench's pipeline (simulator, both handlers per venue, 4 lanes) for ``frames`` frames,
-    stamped as the node stamps it; every terminal gets every frame (all instruments written)."""
+    stamped as the node stamps it. Written: the frame's instruments but every third, or with
+    ``every`` all of them, the frame's record count given (``framed(symbols=)``, as the node)."""
     clock = FakeClock()
     universe = build_universe()
     sim = VenueSimulator(universe, SimulatorConfig(rate=60_000.0), clock)
@@ -194,18 +239,21 @@ def _simulated(frames: int) -> tuple[Recorders, dict[str, int]]:
         frame = sequencer.take_frame(boundary)
         clock.advance(2 * MS)
         offset = clock.wall_ns() - clock.now_ns()
-        totals["framed"] += stamps.framed(boundary, clock.now_ns(), offset)
-        watched = np.array([r.new.iid for r in frame.records if r.new.iid % 3], dtype=np.int64)
+        symbols = len(frame.records) if every else None
+        totals["framed"] += stamps.framed(boundary, clock.now_ns(), offset, symbols)
+        keep = (lambda iid: True) if every else (lambda iid: iid % 3 != 0)
+        watched = np.array([r.new.iid for r in frame.records if keep(r.new.iid)], dtype=np.int64)
         lat = np.array([MS, 2 * MS, 3 * MS], dtype=np.int64)
         stamps.written(lat, watched, direct=2)
         totals["writes"] += 3
-        totals["carried"] += sum(1 for i in carried_now if i % 3)
+        totals["carried"] += sum(1 for i in carried_now if keep(i))
         carried_now = []
     return recorders, totals
 
 
-def test_every_tick_lands_once_in_each_stage_it_reached() -> None:
-    recorders, totals = _simulated(frames=12)
+@pytest.mark.parametrize("every", [False, True], ids=["some_written", "all_written"])
+def test_every_tick_lands_once_in_each_stage_it_reached(every: bool) -> None:
+    recorders, totals = _simulated(frames=12, every=every)
     assert totals["decoded"] > 10_000 and totals["admitted"] < totals["decoded"]  # twins refused
     count = {iv.stage: iv.count for iv in recorders.rotate_all(1)}
     assert count["decode"] == totals["decoded"]
@@ -213,4 +261,6 @@ def test_every_tick_lands_once_in_each_stage_it_reached() -> None:
     assert count["conflate"] == count["encode"] == totals["framed"]
     assert count["write"] == totals["writes"]
     assert count["tick_to_write"] == totals["carried"]
+    if every:  # every admitted tick reached a screen: one tick_to_write value each
+        assert totals["carried"] == totals["admitted"]
     assert all(r.clamped == 0 for r in recorders)

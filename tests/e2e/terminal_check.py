@@ -1,5 +1,5 @@
-"""An independent terminal for the multi-process host's end-to-end tests (test_host.py,
-test_host_chaos.py): a raw WebSocket client that checks what it is shown frame by frame.
+"""An independent terminal for the multi-process host's end-to-end tests
+(test_host_chaos.py): a raw WebSocket client that checks what it is shown frame by frame.
 
 - no version lower than one it holds; a delta only on the base it holds, or else a gap: a
   delta newer than what it holds on a base it lacks is never applied, the terminal asks for the

@@ -283,6 +283,20 @@ def test_a_port_in_use_is_one_line_naming_it(flag: str, elsewhere: Path) -> None
     assert "monotape is running" not in out.stdout
 
 
+def test_a_second_run_on_a_data_dir_in_use_is_refused(node: RunningServer, elsewhere: Path) -> None:
+    # Two nodes on one data dir would share epochs, dev keys and HDR interval logs.
+    out = monotape(
+        "run", "--single-process", "--data-dir", str(node.data_dir), "--ws-port", "0",
+        "--admin-port", "0", "--duration", "5", cwd=elsewhere,
+    )  # fmt: skip
+    assert out.returncode == 2
+    line = last_line(out.stderr)
+    assert f"data dir {Path(node.data_dir).resolve()} is in use" in line
+    assert f"pid {node.proc.pid}" in line
+    assert "monotape is running" not in out.stdout
+    assert node.proc.poll() is None  # the first one is untouched
+
+
 def test_a_malformed_replay_is_one_line(elsewhere: Path) -> None:
     bad = elsewhere / "bad.ndjson"
     bad.write_text('{"t_ms": 0, "venue": "XNAS"\n')

@@ -5,17 +5,15 @@ ordered stop) over test-only roles (tests/host/fake_role.py), so they test the h
 kill -9 of a role is restarted and counted by reason; a crash loop is logged every time; the
 stop goes stage by stage in reverse start order and SIGKILLs a role that overstays; a second
 Ctrl-C kills at once; kill -9 of the host leaves no role process behind, and the next host's
-start removes its /dev/shm segments and run dir. (c) is ``monotape run --writers 2`` with the
-real roles: terminals land on both writers, each gets every frame boundary the sequencer
-published from its first frame on (a miss only where a gap snapshot came in between), no
-version ever goes back, and SIGTERM stops it all within the deadline. Counts and orders are
-asserted, never rates or timings (deadlines are generous: the machine may be busy).
+start removes its /dev/shm segments and run dir. ``monotape run --writers 2`` with the real
+roles (terminals on both writers, every frame boundary their twins got, no version going back,
+the SIGTERM stop) is tests/e2e/test_host_chaos.py, on the one host that module starts. Counts
+and orders are asserted, never rates or timings (deadlines are generous: the machine may be
+busy).
 """
 
 from __future__ import annotations
 
-import asyncio
-import itertools
 import json
 import os
 import signal
@@ -31,13 +29,10 @@ from typing import Any
 
 import psutil
 import pytest
-import websockets
 
 from monotape import metric_names as m
-from monotape.loadgen.launch import ADMIN_LINE, WS_LINE, parse_samples, scrape, sum_samples
-from monotape.platform.wire import codec
-from tests.conftest import ROOT, RunningServer, mint, start_server, until
-from tests.e2e.terminal_check import Terminal, run_terminal
+from monotape.loadgen.launch import ADMIN_LINE, WS_LINE, scrape, sum_samples
+from tests.conftest import ROOT, mint
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -298,118 +293,3 @@ def test_kill_9_of_the_host_leaves_no_role_and_the_next_host_sweeps_its_segments
     assert any("swept_leftovers" in line for line in second.lines)
     assert second.stop() == 0
     assert leftovers(second.pid, second.run_base) == []
-
-
-# -- (c) the real roles ------------------------------------------------------------------------
-async def test_monotape_run_writers_2_with_the_real_roles(tmp_path: Path) -> None:
-    env = {
-        "MONOTAPE_HOST__STOP_TIMEOUT_S": "10",
-        "MONOTAPE_HOST__RUN_BASE": str(tmp_path),
-        "MONOTAPE_HOST__SCRAPE_TIMEOUT_S": "10",  # the split is read from every writer's metrics
-    }
-    node: RunningServer = await asyncio.to_thread(
-        start_server, tmp_path / "data", "--writers", "2", "--rate", "8000", env=env
-    )
-    assert any("2 writers share the WebSocket port" in line for line in node.output)
-    processes = admin_processes(node.admin_url, node.admin_token)
-    host_pid = processes["host"]["pid"]
-    pids = [row["pid"] for row in processes["processes"]]
-    assert len(pids) == 1 + 2 + 12 + 1 and all(pids)
-    tasks: list[asyncio.Task[None]] = []
-    try:
-        probe = await websockets.connect(node.url, compression=None, max_size=None)
-        hello = codec.decode_message(await probe.recv(decode=False))
-        await probe.close()
-        assert isinstance(hello, codec.Hello)
-        instruments = [i.key for i in hello.instruments]
-        terminals = [Terminal() for _ in range(20)]
-        for n, t in enumerate(terminals):
-            # Two watchlists of 256 keys (the most a terminal may hold), ten terminals each:
-            # a frame goes to a terminal only when it moves one of its symbols, so terminals
-            # with the same watchlist, wherever they landed, must get the same frames.
-            group = n % 2
-            keys = list(
-                itertools.islice(itertools.cycle(instruments), group * 997, group * 997 + 256)
-            )
-            task = asyncio.create_task(run_terminal(node.bare_url, node.token, keys, t))
-            tasks.append(task)
-
-        def enough() -> bool:
-            for task in tasks:
-                if task.done():
-                    task.result()  # a terminal that ended: its exception is the failure
-            return all(len(t.frames) >= 75 for t in terminals)
-
-        await until(enough, "75 frames at every terminal", 120)
-        split = admin_processes(node.admin_url, node.admin_token)["terminals"]
-        assert sorted(split) == ["writer-0", "writer-1"]
-        # counted by the writers themselves (monotape_connections); the probe may linger
-        assert sum(split.values()) >= 20 and all(split.values()), split
-        samples = parse_samples(node.http("/metrics"))
-        assert sum_samples(samples, m.CONNECTIONS) == sum(split.values())
-        assert sum_samples(samples, m.PROCESS_UP) == len(pids)
-        # Every frame that moved a watchlist's symbols reached every terminal of that watchlist,
-        # on either writer (a late sequencer conflates the boundaries it overslept into the
-        # next one, so numbers may skip: core/conflation.py, due_boundary; what counts is that
-        # no terminal misses a frame its twins got).
-        for group in (0, 1):
-            twins = terminals[group::2]
-            published = set().union(*(set(t.frames) for t in twins))
-            for t in twins:
-                assert t.faults == []
-                assert t.frames == sorted(set(t.frames)), "frames out of order or twice"
-                assert t.missed(published) == []
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-
-        # /admin/latency merges the intervals every process wrote (10 s rotation): the write
-        # stage from both writers, the encode stage from the sequencer
-        def latency(stage: str) -> dict[str, Any]:
-            body: dict[str, Any] = json.loads(
-                node.http(f"/admin/latency?stage={stage}&window=10m", node.admin_token)
-            )
-            return body
-
-        # Waited for by count, not by intervals: a writer's first 10 s interval may close
-        # before the venue is up (empty), and under load both writers' can.
-        def stage_counted() -> bool:
-            return bool(latency("write")["count"] > 0 and latency("encode")["count"] > 0)
-
-        await until(stage_counted, "write and encode values in /admin/latency", 60)
-
-        # kill -9 of a writer: restarted, counted, and back on the same port beside the other
-        victim = next(r for r in processes["processes"] if r["name"] == "writer-1")["pid"]
-        os.kill(victim, signal.SIGKILL)
-
-        def writer_back() -> bool:
-            rows = admin_processes(node.admin_url, node.admin_token)["processes"]
-            w = next(r for r in rows if r["name"] == "writer-1")
-            return bool(w["state"] == "running" and w["ready"] and w["pid"] != victim)
-
-        await until(writer_back, "writer-1 restarted", 60)
-        samples = parse_samples(node.http("/metrics"))
-        restarts = m.PROCESS_RESTARTS
-        assert sum_samples(samples, restarts, process="writer-1", reason="SIGKILL") == 1
-        seen: set[str] = set()
-        for _ in range(20):  # the kernel spreads connections over both listening writers
-            async with websockets.connect(node.url, compression=None, max_size=None) as ws:
-                hello = codec.decode_message(await ws.recv(decode=False))
-                assert isinstance(hello, codec.Hello)
-                seen.add(hello.server_id)
-        assert seen == {"writer-0", "writer-1"}
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        # SIGTERM: every stage in reverse start order, within host.stop_timeout_s (10 s)
-        code = await node.astop(timeout=40, sig=signal.SIGTERM)
-    assert code == 0, "".join(node.tail)
-    stages = [
-        json.loads(line)["stage"]
-        for line in node.output
-        if line.startswith("{") and '"event": "stage_stopped"' in line
-    ]
-    assert stages == ["venue", "handler", "writer", "sequencer"]
-    wait_for(lambda: all(gone(pid) for pid in pids), "every role exits", 30)
-    assert leftovers(host_pid, tmp_path) == []

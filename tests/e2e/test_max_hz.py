@@ -65,7 +65,8 @@ class Glass:
             self.frames[msg.frame_no] = dict(self.held)
 
     async def wait_frames(self, frames: int) -> None:
-        await until(lambda: len(self.frames) >= frames or self.reader.done(), "frames", 60)
+        # generous: at load average ~30 on 2 cores the node once took over 60 s for 110 frames
+        await until(lambda: len(self.frames) >= frames or self.reader.done(), "frames", 180)
         if self.reader.done():
             self.reader.result()
 

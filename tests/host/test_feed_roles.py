@@ -3,6 +3,8 @@ run dir, both twins of a venue in this process (the e2e test runs them as proces
 
 from __future__ import annotations
 
+import asyncio
+import json
 import shutil
 import tempfile
 from collections.abc import Iterator, Sequence
@@ -14,7 +16,7 @@ from monotape.clock import FakeClock
 from monotape.config import Config
 from monotape.platform.bus.link import Drop, LinkCounters, LinkReceiver
 from monotape.platform.feeds.epochs import FileEpochStore
-from monotape.platform.host.handler import EPOCH_CHECK_NS, HandlerRole, feed_path
+from monotape.platform.host.handler import EPOCH_CHECK_NS, HandlerRole, _serve, feed_path
 from monotape.platform.host.spec import RoleSpec
 from monotape.platform.host.venue import VenueRole
 from monotape.platform.model import Tick
@@ -185,3 +187,19 @@ def test_malformed_feed_message_is_counted(run_dir: Path) -> None:
     role.on_feed(b"\x91\x93\x01")  # an update cut short
     assert role.feed.malformed_messages == 2 and role.feed.received_items == 0
     assert isinstance(role.feed, LinkCounters)
+
+
+@pytest.mark.parametrize("replay", [False, True], ids=["unknown-handler", "replay"])
+def test_a_handler_the_host_did_not_plan_exits_2_saying_so(
+    run_dir: Path, capsys: pytest.CaptureFixture[str], replay: bool
+) -> None:
+    """The host plans one process per handler and none for a replay; a spec naming another
+    (a role started by hand) is one error line and exit 2, never a process idling unseen."""
+    overrides: dict[str, object] = {"feeds.replay": "x.ndjson"} if replay else {}
+    cfg = node_config(run_dir / "data", overrides)
+    venue = "XNAS" if replay else "NOPE"
+    assert asyncio.run(_serve(_spec(run_dir, "handler", venue, "A"), cfg)) == 2
+    lines = [json.loads(x) for x in capsys.readouterr().err.splitlines() if x.startswith("{")]
+    said = [x for x in lines if x["event"] == "handler_not_planned"]
+    assert len(said) == 1 and said[0]["venue"] == venue and said[0]["level"] == "error"
+    assert (said[0]["planned"] == []) is replay  # a replay plans no handler at all

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -97,10 +98,18 @@ def test_the_reserved_port_is_shared_with_writers_and_refused_to_anyone_else() -
 
 
 def host_writers(capsys: pytest.CaptureFixture[str], *flags: str) -> int:
-    """``host.writers`` as ``monotape run --print-config FLAGS`` shows it."""
+    """The writer count ``monotape run --print-config FLAGS`` configures: the number printed,
+    or, for ``"auto"`` (printed as configured, so a saved config fits any machine), the number
+    its stderr line says it resolves to here."""
     assert main(["run", "--print-config", *flags]) == 0
-    writers = json.loads(capsys.readouterr().out)["host"]["writers"]
+    out, err = capsys.readouterr()
+    writers = json.loads(out)["host"]["writers"]
+    if writers == "auto":
+        said = re.search(r'host\.writers = "auto" resolves to (\d+) here', err)
+        assert said is not None, err
+        return int(said.group(1))
     assert isinstance(writers, int)
+    assert "resolves" not in err  # a number is shown as it is, with nothing to resolve
     return writers
 
 
@@ -108,7 +117,8 @@ def test_writers_flags_and_knob(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("MONOTAPE_HOST__WRITERS", raising=False)
-    assert host_writers(capsys) == 0  # one process stays the default this session
+    assert host_writers(capsys) == min(16, len(os.sched_getaffinity(0)))  # a writer per core
+    assert host_writers(capsys, "--writers", "auto") == min(16, len(os.sched_getaffinity(0)))
     assert host_writers(capsys, "--writers", "2") == 2
     assert host_writers(capsys, "--single-process") == 0
     monkeypatch.setenv("MONOTAPE_HOST__WRITERS", "4")

@@ -5,7 +5,7 @@ every mark, unmark and what a leaving terminal held."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import pytest
 import websockets
@@ -98,21 +98,47 @@ def _feed_all(feed: RingFeed, reader: MemoryReader) -> list[RingRead]:
     return reads
 
 
+class Desk:
+    """One writer on the ring, as the writer role wires it: a server on a fake clock whose
+    snapshots come from the ring's table, and the feed that turns ring reads into its frames.
+    ``stages``: the write-stage and priority-stage values recorded (into ``written`` and
+    ``priority_written``), as the role records them."""
+
+    def __init__(self, ring: tuple[MemoryRing, MemoryReader], *, stages: bool = False) -> None:
+        self.mem, self.reader = ring
+        self.clock = FakeClock()
+        self.written: list[int] = []
+        self.priority_written: list[int] = []
+        self.server = _server(self.clock, self.reader, self.priority_written if stages else None)
+        record = (lambda v: self.written.extend(v.tolist())) if stages else None
+        self.feed = RingFeed(self.server.writer, self.server.index, written=record)
+
+    def connect(
+        self, subs: list[int], prio: Sequence[int] = (), *, buffered: int = 0
+    ) -> FakeTransport:
+        return _connect(self.server, self.clock, subs, list(prio), buffered=buffered)
+
+    def sequencer(self, iids: list[int]) -> Sequencer:
+        return Sequencer(self.mem, iids, self.clock)
+
+    def feed_all(self) -> list[RingRead]:
+        return _feed_all(self.feed, self.reader)
+
+
+@pytest.fixture
+def desk(ring: tuple[MemoryRing, MemoryReader]) -> Desk:
+    return Desk(ring)
+
+
 def test_a_frame_becomes_one_payload_per_signature_of_the_sequencers_bytes(
     ring: tuple[MemoryRing, MemoryReader],
 ) -> None:
-    mem, reader = ring
-    clock = FakeClock()
-    server = _server(clock, reader)
-    a = _connect(server, clock, [1, 2], [])
-    b = _connect(server, clock, [1, 2], [])
-    c = _connect(server, clock, [3], [])
-    written: list[int] = []
-    feed = RingFeed(server.writer, server.index, written=lambda v: written.extend(v.tolist()))
-    seq = Sequencer(mem, [1, 2, 3, 9], clock)  # nobody here watches 9
-    entry = seq.frame()
-    clock.advance(3 * MS)  # the ring hop: counted in the write stage
-    _feed_all(feed, reader)
+    d = Desk(ring, stages=True)
+    server, feed, written = d.server, d.feed, d.written
+    a, b, c = d.connect([1, 2]), d.connect([1, 2]), d.connect([3])
+    entry = d.sequencer([1, 2, 3, 9]).frame()  # nobody here watches 9
+    d.clock.advance(3 * MS)  # the ring hop: counted in the write stage
+    d.feed_all()
 
     assert a.writes[0] is b.writes[0]  # one payload per signature, shared bytes
     frame = _messages(a)[0]
@@ -129,36 +155,24 @@ def test_a_frame_becomes_one_payload_per_signature_of_the_sequencers_bytes(
     assert max(written) == 3 * MS + 3 * WRITE_NS
 
 
-def test_a_frame_nobody_here_watches_writes_nothing(
-    ring: tuple[MemoryRing, MemoryReader],
-) -> None:
-    mem, reader = ring
-    clock = FakeClock()
-    server = _server(clock, reader)
-    a = _connect(server, clock, [5], [])
-    feed = RingFeed(server.writer, server.index)
-    Sequencer(mem, [1, 2], clock).frame()
-    _feed_all(feed, reader)
-    assert a.writes == [] and server.writer.last_frame_no == 1
+def test_a_frame_nobody_here_watches_writes_nothing(desk: Desk) -> None:
+    a = desk.connect([5])
+    desk.sequencer([1, 2]).frame()
+    desk.feed_all()
+    assert a.writes == [] and desk.server.writer.last_frame_no == 1
 
 
-def test_a_lapped_writer_gaps_every_terminal_and_snapshots_from_the_table(
-    ring: tuple[MemoryRing, MemoryReader],
-) -> None:
-    mem, reader = ring
-    clock = FakeClock()
-    server = _server(clock, reader)
-    a = _connect(server, clock, [1, 2], [])
-    b = _connect(server, clock, [3], [])
-    feed = RingFeed(server.writer, server.index)
-    seq = Sequencer(mem, [1, 2, 3], clock)
+def test_a_lapped_writer_gaps_every_terminal_and_snapshots_from_the_table(desk: Desk) -> None:
+    server, feed = desk.server, desk.feed
+    a, b = desk.connect([1, 2]), desk.connect([3])
+    seq = desk.sequencer([1, 2, 3])
     seq.frame()
-    _feed_all(feed, reader)
+    desk.feed_all()
     before = len(a.writes), len(b.writes)
-    for _ in range(mem.geometry.slots + 5):  # the writer was stopped: lapped
+    for _ in range(desk.mem.geometry.slots + 5):  # the writer was stopped: lapped
         seq.frame()
-    reads = _feed_all(feed, reader)
-    assert isinstance(reads[0], Lapped) and reader.counters.laps == 1
+    reads = desk.feed_all()
+    assert isinstance(reads[0], Lapped) and desk.reader.counters.laps == 1
     assert feed.counters.gaps == 1 and feed.counters.gapped_terminals == 2
     for t, iids in ((a, [1, 2]), (b, [3])):
         after = _messages(t)[before[0] if t is a else before[1] :]
@@ -175,17 +189,12 @@ def test_a_lapped_writer_gaps_every_terminal_and_snapshots_from_the_table(
     assert server.stats.gap_snapshots == 2
 
 
-def test_a_producer_gap_or_restart_gaps_every_terminal(
-    ring: tuple[MemoryRing, MemoryReader],
-) -> None:
-    mem, reader = ring
-    clock = FakeClock()
-    server = _server(clock, reader)
-    a = _connect(server, clock, [1], [])
-    idle = _connect(server, clock, [], [])  # subscribed to nothing yet: nothing to correct
-    feed = RingFeed(server.writer, server.index)
-    Sequencer(mem, [1], clock).frame()
-    _feed_all(feed, reader)  # the writer's snapshots are at the frames it has read
+def test_a_producer_gap_or_restart_gaps_every_terminal(desk: Desk) -> None:
+    feed = desk.feed
+    a = desk.connect([1])
+    idle = desk.connect([])  # subscribed to nothing yet: nothing to correct
+    desk.sequencer([1]).frame()
+    desk.feed_all()  # the writer's snapshots are at the frames it has read
     for cause in (GapCause.RESTARTED, GapCause.OVERSIZE):
         feed.on_read(Gap(cause, 7))
     snaps = [m for m in _messages(a) if isinstance(m, codec.Snapshot)]
@@ -194,22 +203,16 @@ def test_a_producer_gap_or_restart_gaps_every_terminal(
     assert [r.iid for r in snaps[0].records] == [1] and snaps[0].records[0].seq == 1
 
 
-def test_a_slow_terminal_in_a_gap_gets_one_snapshot_when_it_reads_again(
-    ring: tuple[MemoryRing, MemoryReader],
-) -> None:
-    mem, reader = ring
-    clock = FakeClock()
-    server = _server(clock, reader)
-    slow = _connect(server, clock, [1], [], buffered=server.cfg.write_high_water + 1)
-    feed = RingFeed(server.writer, server.index)
-    seq = Sequencer(mem, [1], clock)
+def test_a_slow_terminal_in_a_gap_gets_one_snapshot_when_it_reads_again(desk: Desk) -> None:
+    slow = desk.connect([1], buffered=desk.server.cfg.write_high_water + 1)
+    seq = desk.sequencer([1])
     seq.frame()
-    _feed_all(feed, reader)
-    feed.gap()
+    desk.feed_all()
+    desk.feed.gap()
     assert slow.writes == []  # no room: the gap waits, nothing older goes out
     slow.buffered = 0
     seq.frame()
-    _feed_all(feed, reader)
+    desk.feed_all()
     first = _messages(slow)[0]
     assert isinstance(first, codec.Snapshot) and first.records[0].seq == 2
 
@@ -217,19 +220,14 @@ def test_a_slow_terminal_in_a_gap_gets_one_snapshot_when_it_reads_again(
 def test_priority_records_reach_only_the_terminals_that_marked_them(
     ring: tuple[MemoryRing, MemoryReader],
 ) -> None:
-    mem, reader = ring
-    clock = FakeClock()
-    got: list[int] = []
-    server = _server(clock, reader, got)
-    a = _connect(server, clock, [1, 2], [1])
-    b = _connect(server, clock, [1, 2], [2])
-    idle = _connect(server, clock, [1, 2], [])
-    feed = RingFeed(server.writer, server.index)
-    admitted = clock.now_ns()
+    d = Desk(ring, stages=True)
+    server, feed, got = d.server, d.feed, d.priority_written
+    a, b, idle = d.connect([1, 2], [1]), d.connect([1, 2], [2]), d.connect([1, 2])
+    admitted = d.clock.now_ns()
     full = {1: codec.encode_full_record(_tick(1, 5)), 2: codec.encode_full_record(_tick(2, 6))}
-    mem.publish(Entry(EntryKind.PRIORITY, 0, 0, admitted, {}, {**full, 3: full[1]}))
-    clock.advance(2 * MS)
-    _feed_all(feed, reader)
+    d.mem.publish(Entry(EntryKind.PRIORITY, 0, 0, admitted, {}, {**full, 3: full[1]}))
+    d.clock.advance(2 * MS)
+    d.feed_all()
     for t, iid in ((a, 1), (b, 2)):
         (m,) = _messages(t)
         assert isinstance(m, codec.PriorityUpdate) and m.record.iid == iid

@@ -1,4 +1,4 @@
-"""The soak: its verdict logic on synthetic samples, and a compressed soak (~2 minutes of churn
+"""The soak: its verdict logic on synthetic samples, and a compressed soak (~1 minute of churn
 with 6% RSTs) against the real `monotape run` subprocess on loopback."""
 
 from __future__ import annotations
@@ -317,7 +317,10 @@ def test_hours_and_rate_from_the_environment_when_flags_are_absent(
 @pytest.mark.slow
 async def test_compressed_soak_leaves_the_server_exactly_as_it_found_it(tmp_path: Path) -> None:
     cfg = SoakConfig(
-        hours=0.03,  # 108 s of churn
+        # 54 s of churn, ~7,000 sessions: the exact checks (indexes empty, tasks and fds back
+        # to the baseline + 2) catch a leak of one per session at any length; only the RSS
+        # bound (x1.25 + 32 MB, ~55 MB here) needs volume: ~8 KB a session still trips it.
+        hours=0.015,
         rate_multiple=1.3,
         rst_share=0.06,
         arrival_rate_per_s=100.0,
@@ -330,6 +333,7 @@ async def test_compressed_soak_leaves_the_server_exactly_as_it_found_it(tmp_path
         warmup_s=5.0,
         settle_s=12.0,
         data_dir=str(tmp_path / "data"),
+        writers=0,  # the one-process node: tests/loadgen/test_soak_host.py soaks the host
     )
     out = io.StringIO()
     v = await run_soak(cfg, out)
@@ -338,7 +342,7 @@ async def test_compressed_soak_leaves_the_server_exactly_as_it_found_it(tmp_path
     assert v.passed, text
 
     # Invariants: present and 0 at every sample, and never tripped in between.
-    assert len(v.samples) >= 50, text
+    assert len(v.samples) >= 25, text  # every 2 s over ~70 s; a busy machine scrapes late
     for s in v.samples:
         assert set(s.invariants) == set(INVARIANTS), s
         assert s.tripped == [], (s, text)

@@ -5,15 +5,16 @@ soak against the real host, judged by the same verdict with the same bounds."""
 from __future__ import annotations
 
 import io
+import os
 from pathlib import Path
 
 import pytest
 
 from monotape import metric_names as m
 from monotape.loadgen.churn import ChurnReport
-from monotape.loadgen.soak import SoakConfig, run_soak
+from monotape.loadgen.soak import SoakConfig, _fail_missing, _invariant_trips, run_soak
 from monotape.loadgen.soak_plan import Sample, Tolerances, Usage, parse_metrics
-from monotape.loadgen.soak_verdict import NOT_ON_HOST, SoakVerdict, judge
+from monotape.loadgen.soak_verdict import NO_TRIPS_ANSWER, SoakVerdict, judge
 
 MB = 1024 * 1024
 WRITERS = ("writer-0", "writer-1")
@@ -141,7 +142,9 @@ def churned() -> ChurnReport:
     )
 
 
-def host_verdict(final: Sample | None = None, writers: int = 2) -> SoakVerdict:
+def host_verdict(
+    final: Sample | None = None, writers: int = 2, invariant_trips: dict[str, int] | None = None
+) -> SoakVerdict:
     base = host_sample(5)
     end = final if final is not None else host_sample(200, served=500)
     return judge(
@@ -150,7 +153,7 @@ def host_verdict(final: Sample | None = None, writers: int = 2) -> SoakVerdict:
         final=end,
         churn=churned(),
         tolerances=Tolerances(),
-        invariant_trips=None,  # a host has no /admin/invariants
+        invariant_trips=invariant_trips,  # None: /admin/invariants lacked a writer
         writers=writers,
     )
 
@@ -173,7 +176,12 @@ def test_a_clean_host_run_passes_with_the_one_process_verdicts_checks() -> None:
     assert [c.name for c in v.checks] == [c.name for c in one.checks]
     assert one.check("processes").detail == "one process (no host)"
     assert "terminals served: writer-0 500, writer-1 500" in v.check("processes").detail
-    assert f"/admin/invariants trips: {NOT_ON_HOST}" in v.check("invariants").detail
+    assert NO_TRIPS_ANSWER in v.check("invariants").detail
+    judged = host_verdict(invariant_trips={"no_dangling_entries": 0})
+    assert (
+        "(each the worst writer's), no trip in /admin/invariants"
+        in judged.check("invariants").detail
+    )
     assert v.check("fds").detail.startswith("6 processes within")
 
 
@@ -240,11 +248,13 @@ def test_a_writer_missing_from_the_final_scrape_is_never_judged_empty() -> None:
 async def test_compressed_soak_against_two_writers_passes_the_same_verdict(
     tmp_path: Path,
 ) -> None:
-    # Shorter than the one-process soak (36 s of churn): the host starts 16 processes on a
-    # shared 2-core machine, and make test must stay short. The same churn shape and bounds.
+    # Shorter than the one-process soak (25 s of churn, ~3,000 sessions): the host starts 16
+    # processes on a shared 2-core machine, and make test must stay short. The same churn
+    # shape and bounds; a leak of a task, an fd or an index entry per session fails at any
+    # length (each process is judged against its own baseline).
     cfg = SoakConfig(
         writers=2,
-        hours=0.01,
+        hours=0.007,
         rate_multiple=1.3,
         rst_share=0.06,
         arrival_rate_per_s=100.0,
@@ -272,8 +282,9 @@ async def test_compressed_soak_against_two_writers_passes_the_same_verdict(
     for s in v.samples:
         assert set(s.invariants) == set(INVARIANTS) and s.tripped == [], s
     assert v.tripped_log_lines == []
-    assert v.invariant_trips is None  # no /admin/invariants on a host: said, not faked
-    assert NOT_ON_HOST in v.check("invariants").detail
+    # The host's /admin/invariants: every writer's trips, summed, none.
+    assert v.invariant_trips is not None and not any(v.invariant_trips.values()), text
+    assert "no trip in /admin/invariants" in v.check("invariants").detail
 
     # Every process judged against its own baseline; both writers present at both ends.
     assert v.baseline is not None and v.final is not None
@@ -298,6 +309,48 @@ def test_monotape_load_soak_writers_2_reads_into_the_soaks_config() -> None:
     assert args.func.__name__ == "cmd_load_soak"
     cfg = config_from_namespace(args)
     assert (cfg.writers, cfg.hours, cfg.on_host) == (2, 0.5, True)
-    assert config_from_namespace(build_parser().parse_args(["load", "soak"])).writers == 0
+    # No flag: the soak launches `monotape run` as people do, the host with a writer per core
+    default = config_from_namespace(build_parser().parse_args(["load", "soak"]))
+    cores = min(16, len(os.sched_getaffinity(0)))
+    assert (default.writers, default.writer_count, default.on_host) == (None, cores, True)
+    node = config_from_namespace(build_parser().parse_args(["load", "soak", "--writers", "0"]))
+    assert (node.writers, node.on_host) == (0, False)
     with pytest.raises(SystemExit, match="writers"):
         config_from_namespace(build_parser().parse_args(["load", "soak", "--writers", "17"]))
+
+
+class _Answers:
+    """A node whose GET /admin/invariants gives these bodies in turn (the last one repeated)."""
+
+    admin_token = "t"
+
+    def __init__(self, *bodies: bytes) -> None:
+        self.bodies = list(bodies)
+        self.asked = 0
+
+    async def aget(self, path: str, token: str, timeout_s: float) -> bytes:
+        assert path == "/admin/invariants"
+        self.asked += 1
+        return self.bodies[min(self.asked, len(self.bodies)) - 1]
+
+
+MISSING = b'{"trips": {}, "missing": ["writer-1"]}'
+ANSWERED = b'{"trips": {"no_dangling_entries": 0}, "missing": []}'
+
+
+async def test_a_writer_missing_once_from_admin_invariants_is_asked_again() -> None:
+    node = _Answers(MISSING, ANSWERED)
+    trips, missing = await _invariant_trips(node, 1.0, tries=4, pause_s=0.0)  # type: ignore[arg-type]
+    assert (trips, missing, node.asked) == ({"no_dangling_entries": 0}, [], 2)
+
+
+async def test_a_writer_missing_every_time_fails_the_invariants_check_by_name() -> None:
+    node = _Answers(MISSING)
+    trips, missing = await _invariant_trips(node, 1.0, tries=3, pause_s=0.0)  # type: ignore[arg-type]
+    assert (trips, missing, node.asked) == (None, ["writer-1"], 3)
+    before = host_verdict(invariant_trips=None)
+    assert before.passed  # the verdict alone only notes it ...
+    after = _fail_missing(before, missing, 3)
+    assert not after.passed and failed(after) == ["invariants"]  # ... the soak fails it
+    assert "writer-1 missing from GET /admin/invariants" in after.check("invariants").detail
+    assert _fail_missing(before, [], 3) is before

@@ -1,6 +1,10 @@
 """The session's own requests against a scripted node on loopback: ``rate`` after every HELLO,
 the token refreshed on the open connection (and a reconnect presenting the latest one), the
-glass report sent when a count moves, and every timer gone with the connection."""
+glass report sent when a count moves, and every timer gone with the connection.
+
+Token lifetimes are read on ``CLOCK``, whose wall clock runs slow (see ``SlowWallClock``): a
+busy machine delays a refresh in real seconds, and must not thereby expire the token it
+replaces. The tests still prove every refresh reached the node before that token's ``exp``."""
 
 from __future__ import annotations
 
@@ -16,7 +20,7 @@ from websockets.asyncio.server import Server, ServerConnection
 
 from monotape.platform.model import Instrument, Tick
 from monotape.platform.sdk.client import TerminalClient
-from monotape.platform.sdk.refresh import RETRY_AFTER_NS
+from monotape.platform.sdk.refresh import RETRY_AFTER_NS, token_expiry
 from monotape.platform.sdk.upkeep import check_max_hz
 from monotape.platform.wire import codec
 from monotape.platform.wire.codec import ErrorCode
@@ -38,11 +42,34 @@ KEYS = [i.key for i in INSTRUMENTS]
 SECRET = "a test secret of thirty-two bytes"
 
 
+class SlowWallClock:
+    """The real monotonic clock (the client's timers sleep in real time), and a wall clock that
+    runs at ``rate`` of real speed. The client reads a token's remaining lifetime on the wall
+    clock and schedules its refresh on the monotonic one, so a token of ``ttl_s`` is refreshed
+    0.6-0.85 x ``ttl_s`` real seconds after it is taken, and expires ``ttl_s / rate`` real
+    seconds after: the difference is the margin a busy machine may use up."""
+
+    def __init__(self, rate: float) -> None:
+        self.rate = rate
+        self._mono0 = time.monotonic_ns()
+        self._wall0 = time.time_ns()
+
+    def now_ns(self) -> int:
+        return time.monotonic_ns()
+
+    def wall_ns(self) -> int:
+        return self._wall0 + int((time.monotonic_ns() - self._mono0) * self.rate)
+
+
+# 1 s tokens live 20 real seconds: ~0.6-0.85 s between refreshes, 19 s of margin for the scheduler.
+CLOCK = SlowWallClock(rate=0.05)
+
+
 def token(ttl_s: float, n: int = 0) -> str:
-    """A JWT living ``ttl_s`` (float ``exp``: sub-second lifetimes stay exact)."""
-    return jwt.encode(
-        {"sub": "desk-7", "n": n, "exp": time.time() + ttl_s}, SECRET, algorithm="HS256"
-    )
+    """A JWT living ``ttl_s`` on ``CLOCK``'s wall clock (float ``exp``: sub-second lifetimes
+    stay exact)."""
+    exp = CLOCK.wall_ns() / 1e9 + ttl_s
+    return jwt.encode({"sub": "desk-7", "n": n, "exp": exp}, SECRET, algorithm="HS256")
 
 
 HELLO = codec.encode_hello(
@@ -64,6 +91,7 @@ class SessionNode:
         self.live: list[ServerConnection] = []
         self.unknown: set[str] = set()  # request types answered INVALID_REQUEST (an older node)
         self.reject_refresh = 0  # answer this many refreshes with ERROR 11
+        self.refreshed_at: list[float] = []  # CLOCK's wall seconds as each refresh arrived
         self.server: Server | None = None
         self.port = 0
 
@@ -97,6 +125,8 @@ class SessionNode:
             async for message in ws:
                 req = decode_request(message)
                 log.append(req)
+                if isinstance(req, Refresh):
+                    self.refreshed_at.append(CLOCK.wall_ns() / 1e9)
                 for out in self._answer(req):
                     await ws.send(out)
         except websockets.ConnectionClosed:
@@ -182,12 +212,21 @@ async def test_the_token_is_refreshed_on_the_open_connection(node: SessionNode) 
 
     first = token(1.0)
     c = TerminalClient(
-        f"{node.url}?token={first}", reconnect=True, refresh_token=refresh, backoff_cap_s=0.05
+        f"{node.url}?token={first}",
+        reconnect=True,
+        refresh_token=refresh,
+        backoff_cap_s=0.05,
+        clock=CLOCK,
     )
     await asyncio.wait_for(c.connect(), 10)
     await until(lambda: len(node.of(Refresh, 0)) >= 3, "three refreshes", timeout_s=30)
     sent = node.of(Refresh, 0)
     assert [r.token for r in sent[:3]] == minted[:3]
+    # each came before the token it replaced expired (on the clock the client read it by)
+    replaced = [first, *minted[:2]]
+    for arrived, old in zip(node.refreshed_at[:3], replaced, strict=True):
+        exp = token_expiry(old)
+        assert exp is not None and arrived < exp
     assert c.stats.refreshes >= 3 and c.stats.refresh_failures == 0
     assert c.stats.connects == 1 and c.stats.reconnects == 0
     # a reconnect presents the latest token the node took, not the first one
@@ -203,7 +242,9 @@ async def test_the_header_token_is_the_one_replaced(node: SessionNode) -> None:
     async def refresh() -> str:
         return token(60.0, 9)
 
-    c = TerminalClient(node.url, reconnect=True, refresh_token=refresh, backoff_cap_s=0.05)
+    c = TerminalClient(
+        node.url, reconnect=True, refresh_token=refresh, backoff_cap_s=0.05, clock=CLOCK
+    )
     await asyncio.wait_for(
         c.connect(additional_headers={"Authorization": f"Bearer {token(0.5)}"}), 10
     )
@@ -226,7 +267,7 @@ async def test_a_refused_refresh_is_retried_later_and_close_stops_it(node: Sessi
         calls += 1
         return token(60.0, calls)
 
-    c = TerminalClient(f"{node.url}?token={token(0.5)}", refresh_token=refresh)
+    c = TerminalClient(f"{node.url}?token={token(0.5)}", refresh_token=refresh, clock=CLOCK)
     await asyncio.wait_for(c.connect(), 10)
     await until(lambda: c.stats.refresh_failures == 1, "the refused refresh")
     assert any("TOKEN_REJECTED: another subject" in line for line in c.stats.error_log)
@@ -247,7 +288,7 @@ async def test_a_failing_callback_counts_and_nothing_is_sent(node: SessionNode) 
     async def refresh() -> str:
         raise RuntimeError("the identity provider is down")
 
-    c = TerminalClient(f"{node.url}?token={token(0.3)}", refresh_token=refresh)
+    c = TerminalClient(f"{node.url}?token={token(0.3)}", refresh_token=refresh, clock=CLOCK)
     await asyncio.wait_for(c.connect(), 10)
     await until(lambda: c.stats.refresh_failures == 1, "the failed callback")
     assert any("identity provider is down" in line for line in c.stats.error_log)

@@ -332,3 +332,109 @@ def test_property_native_and_python_groups_agree_and_every_socket_gets_a_prefix(
                 assert got == payload and (frames, nbytes) == (4, 100 + size)
     if len(outcomes) == 2:
         assert outcomes["native"] == outcomes["python"]
+
+
+# -- the slot map: a slotted connection's attributes read at their offsets -----------------------
+
+
+class _Flipping(Transport):
+    """A transport whose buffer check runs ``hook`` (the connection's own Python, mid-group)."""
+
+    def __init__(self, hook: Any) -> None:
+        super().__init__(0, False)
+        self.hook = hook
+
+    def get_write_buffer_size(self) -> int:
+        self.hook()
+        return 0
+
+
+@pytest.mark.parametrize("name", ["native", "python"])
+def test_a_class_changed_mid_group_is_read_as_changed(name: str) -> None:
+    """The native pass reads a slotted class's attributes at their offsets, keyed by the class's
+    version: a property put on the class by the group's own Python (here while the second
+    terminal's transport is asked) hides the slot from the next terminal on, as it does for
+    ``conn.closing`` in Python."""
+    if name == "native":
+        _need_native()
+
+    class Shifting(Conn):
+        __slots__ = ()
+
+    def hide_the_slot() -> None:
+        setattr(Shifting, "closing", property(lambda _self: True))  # noqa: B010
+
+    payload = b"\x82\x03abc"
+    with ExitStack() as stack:
+        pairs = Pairs(stack)
+        sockets = _scenario(pairs, ["open"] * 4)
+        conns = [Shifting(i + 1, p, "open") for i, p in enumerate(sockets)]
+        conns[1].transport = _Flipping(hide_the_slot)
+        result = GROUPS[name](payload, conns, set(), OPEN)
+        assert result == [(2, 0, NOT_ELIGIBLE), (3, 0, NOT_ELIGIBLE)]
+        assert [read_available(p.recv) for p in sockets] == [payload, payload, b"", b""]
+        assert [c.frames_sent for c in conns] == [4, 4, 3, 3]
+
+
+@pytest.mark.parametrize("name", ["native", "python"])
+def test_an_empty_slot_raises_and_nothing_is_sent_or_counted(name: str) -> None:
+    """A slot never set is an AttributeError, in C as in Python; the native pass has counted
+    the earlier terminals already and takes them back, and sends to nobody."""
+    if name == "native":
+        _need_native()
+    with ExitStack() as stack:
+        pairs = Pairs(stack)
+        sockets = _scenario(pairs, ["open"] * 3)
+        conns = [Conn(i + 1, p, "open") for i, p in enumerate(sockets)]
+        del conns[2].fd
+        with pytest.raises(AttributeError):
+            GROUPS[name](b"q" * 64, conns, set(), OPEN)
+        assert [read_available(p.recv) for p in sockets] == [b""] * 3
+        assert [(c.frames_sent, c.bytes_sent) for c in conns] == [(3, 100)] * 3
+
+
+class _Wide:
+    """A class with many slots: its ``fd`` lies far past the end of a Conn."""
+
+    __slots__ = (*(f"s{i}" for i in range(32)), "fd")
+
+
+@pytest.mark.parametrize("name", ["native", "python"])
+def test_a_slot_borrowed_from_another_class_is_refused_as_python_refuses_it(name: str) -> None:
+    """A class may bind another class's member descriptor under its own name; Python refuses to
+    use it ("doesn't apply to a ... object") and so must the native pass, which would otherwise
+    read past the end of the object at the other class's offset. Nothing is sent or counted."""
+    if name == "native":
+        _need_native()
+
+    class Borrower(Conn):
+        __slots__ = ()
+        fd = _Wide.__dict__["fd"]
+
+    with ExitStack() as stack:
+        pairs = Pairs(stack)
+        sockets = _scenario(pairs, ["open"] * 3)
+        conns = [Conn(i + 1, p, "open") for i, p in enumerate(sockets)]
+        borrower = Borrower.__new__(Borrower)
+        for attr in Conn.__slots__:
+            if attr != "fd":
+                setattr(borrower, attr, getattr(conns[1], attr))
+        conns[1] = borrower
+        with pytest.raises(TypeError):
+            GROUPS[name](b"z" * 64, conns, set(), OPEN)
+        assert [read_available(p.recv) for p in sockets] == [b""] * 3
+        assert [c.frames_sent for c in conns] == [3, 3, 3]
+
+
+def test_counters_of_other_types_keep_their_own_arithmetic() -> None:
+    """Counters read from the slots still add through the number protocol: a float counter
+    stays a float, as ``+=`` in Python leaves it."""
+    _need_native()
+    with ExitStack() as stack:
+        pairs = Pairs(stack)
+        sockets = _scenario(pairs, ["open"] * 2)
+        conns = [Conn(i + 1, p, "open") for i, p in enumerate(sockets)]
+        conns[0].bytes_sent = 0.5  # type: ignore[assignment]
+        assert GROUPS["native"](b"r" * 10, conns, set(), OPEN) is None
+        assert conns[0].bytes_sent == 10.5 and isinstance(conns[0].bytes_sent, float)
+        assert (conns[1].frames_sent, conns[1].bytes_sent) == (4, 110)

@@ -21,8 +21,7 @@ import asyncio
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-import msgspec
-
+from monotape.platform.bus.inbox import Inbox
 from monotape.platform.bus.link import (
     MAX_MESSAGE_BYTES,
     Drop,
@@ -33,7 +32,7 @@ from monotape.platform.bus.link import (
 )
 from monotape.platform.bus.memory import TickSink
 from monotape.platform.bus.nats_codec import TickCodec
-from monotape.platform.feeds.validate import Refusal, TickGate
+from monotape.platform.feeds.validate import TickGate
 from monotape.platform.model import Tick
 
 __all__ = ["BUS_SOCKET", "IpcTickBus", "bus_path"]
@@ -71,9 +70,9 @@ class IpcTickBus:
         self.max_message_bytes = max_message_bytes
         self.counters = LinkCounters(link)
         self.codec = TickCodec()
-        self.sink_errors = 0
         self.last_error = ""
-        self._sinks: list[TickSink] = []
+        # Not a batch at all: a malformed message (counted), not a gate refusal.
+        self._inbox = Inbox(self.codec, gate, self._note_error, refuse_unreadable=False)
         self._sender = LinkSender(self.path, self.counters, now_ns)
         self._receiver: LinkReceiver | None = None
 
@@ -90,7 +89,7 @@ class IpcTickBus:
             self._sender.send(payload, n)
 
     def subscribe(self, sink: TickSink) -> None:
-        self._sinks.append(sink)
+        self._inbox.sinks.append(sink)
 
     # -- the sequencer's end -----------------------------------------------------------------------
     def listen(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
@@ -102,6 +101,10 @@ class IpcTickBus:
                 max_message_bytes=self.max_message_bytes,
             )  # fmt: skip
             self._receiver.open(loop)
+
+    @property
+    def sink_errors(self) -> int:
+        return self._inbox.sink_errors
 
     @property
     def connected(self) -> bool:
@@ -128,42 +131,11 @@ class IpcTickBus:
         }
 
     # -- internals -------------------------------------------------------------------------------
-    def _on_message(self, data: bytes) -> None:
-        ticks: Sequence[Tick]
-        try:
-            ticks = self.codec.decode(data)
-        except msgspec.DecodeError as exc:
-            self.last_error = str(exc)
-            ticks = self._salvage(data)
-        if not ticks:
-            return
-        self.counters.received_items += len(ticks)
-        if self.gate is not None:
-            ticks = self.gate.admit(ticks, f"ipc {self.path.name}")
-            if not ticks:
-                return
-        for sink in self._sinks:
-            try:
-                sink(ticks)
-            except Exception as exc:  # one sink's bug must not stop the stream for the others
-                self.sink_errors += 1
-                self.last_error = repr(exc)
+    def _note_error(self, text: str) -> None:
+        self.last_error = text
 
-    def _salvage(self, data: bytes) -> list[Tick]:
-        """The ticks of a batch that did not decode whole; every other item is refused (gate).
-        Not a batch at all: the message is malformed."""
-        try:
-            items = self.codec.decode_each(data)
-        except msgspec.DecodeError:
+    def _on_message(self, data: bytes) -> None:
+        got = self._inbox.receive(data, f"ipc {self.path.name}")
+        self.counters.received_items += got.ticks
+        if got.malformed:
             self.counters.malformed_messages += 1
-            return []
-        ticks: list[Tick] = []
-        for i, item in enumerate(items):
-            if isinstance(item, Tick):
-                ticks.append(item)
-            elif self.gate is not None:
-                detail = f"item {i}: {' '.join(str(item).split())}"
-                self.gate.refuse("", Refusal.UNDECODABLE, f"ipc {self.path.name}", detail)
-        if len(ticks) < len(items):
-            self.counters.malformed_messages += 1
-        return ticks

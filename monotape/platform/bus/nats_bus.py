@@ -22,7 +22,6 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import msgspec
 import nats
 import nats.errors
 from nats.aio.client import Client
@@ -30,6 +29,7 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
 from monotape.log import log_event
+from monotape.platform.bus.inbox import Inbox
 from monotape.platform.bus.memory import TickSink
 from monotape.platform.bus.nats_codec import (
     BATCH_TOKEN,
@@ -38,7 +38,7 @@ from monotape.platform.bus.nats_codec import (
     TickCodec,
     subject_token,
 )
-from monotape.platform.feeds.validate import Refusal, TickGate
+from monotape.platform.feeds.validate import TickGate
 from monotape.platform.model import Tick
 
 __all__ = ["DEFAULT_MAX_PENDING_BATCHES", "NatsTickBus"]
@@ -102,10 +102,9 @@ class NatsTickBus:
         self.received_batches = 0
         self.received_ticks = 0
         self.decode_errors = 0
-        self.sink_errors = 0
         self.slow_consumer_drops = 0  # messages nats-py dropped before our callback saw them
         self.last_error = ""
-        self._sinks: list[TickSink] = []
+        self._inbox = Inbox(self.codec, gate, self._note_error, refuse_unreadable=True)
         self._outbox: deque[tuple[str, bytes, int]] = deque()
         self._wake = asyncio.Event()
         self._nc: Client | None = None
@@ -165,7 +164,7 @@ class NatsTickBus:
     def subscribe(self, sink: TickSink) -> None:
         """Register a sink. Before ``connect`` (the node's order) the NATS subscription is made
         by ``connect``; after it, a task makes it (``flush()`` waits for it)."""
-        self._sinks.append(sink)
+        self._inbox.sinks.append(sink)
         if self._nc is not None and not self._subs and self._pending_subscribe is None:
             self._pending_subscribe = asyncio.get_running_loop().create_task(
                 self._subscribe(self._nc)
@@ -199,7 +198,7 @@ class NatsTickBus:
         except (TimeoutError, OSError, nats.errors.Error) as exc:
             raise ConnectionError(f"no NATS server answered at {servers}: {exc!r}") from exc
         log_event("nats_connected", servers=servers, scheme=str(self.scheme))
-        if self._sinks:
+        if self._inbox.sinks:
             await self._subscribe(self._nc)
         if self._outbox:  # published before connect
             self._wake.set()
@@ -266,6 +265,10 @@ class NatsTickBus:
     def pending_batches(self) -> int:
         return len(self._outbox)
 
+    @property
+    def sink_errors(self) -> int:
+        return self._inbox.sink_errors
+
     def stats(self) -> dict[str, int]:
         return {
             "published_batches": self.published_batches,
@@ -323,45 +326,18 @@ class NatsTickBus:
                     self.sent_batches += 1
                 outbox.popleft()
 
-    async def _on_msg(self, msg: Msg) -> None:
-        ticks: Sequence[Tick]
-        try:
-            ticks = self.codec.decode(msg.data)
-        except msgspec.DecodeError as exc:
-            self.decode_errors += 1
-            self.last_error = f"{msg.subject}: {exc}"
-            ticks = self._salvage(msg.subject, msg.data)
-        if not ticks:
-            return
-        self.received_batches += 1
-        self.received_ticks += len(ticks)
-        if self.gate is not None:
-            ticks = self.gate.admit(ticks, f"nats {msg.subject}")
-            if not ticks:
-                return
-        for sink in self._sinks:
-            try:
-                sink(ticks)
-            except Exception as exc:  # one sink's bug must not stop the stream for the others
-                self.sink_errors += 1
-                self.last_error = repr(exc)
+    def _note_error(self, text: str) -> None:
+        self.last_error = text
 
-    def _salvage(self, subject: str, data: bytes) -> list[Tick]:
-        """The ticks of a batch that did not decode whole; every other item is refused."""
-        parts = subject.split(".")
-        venue = parts[1] if len(parts) > 2 else ""
-        try:
-            items = self.codec.decode_each(data)
-        except msgspec.DecodeError as exc:
-            items = [exc]  # not a batch at all: one refusal for the message
-        ticks: list[Tick] = []
-        for i, item in enumerate(items):
-            if isinstance(item, Tick):
-                ticks.append(item)
-            elif self.gate is not None:
-                detail = f"item {i}: {' '.join(str(item).split())}"
-                self.gate.refuse(venue, Refusal.UNDECODABLE, f"nats {subject}", detail)
-        return ticks
+    async def _on_msg(self, msg: Msg) -> None:
+        parts = msg.subject.split(".")
+        venue = parts[1] if len(parts) > 2 else ""  # md.<venue>.batch: a refusal names it
+        got = self._inbox.receive(msg.data, f"nats {msg.subject}", venue)
+        if not got.whole:
+            self.decode_errors += 1
+        if got.ticks:
+            self.received_batches += 1
+            self.received_ticks += got.ticks
 
     async def _on_error(self, exc: Exception) -> None:
         if isinstance(exc, nats.errors.SlowConsumerError):

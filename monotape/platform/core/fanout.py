@@ -25,8 +25,11 @@ from __future__ import annotations
 import hashlib
 import struct
 from collections.abc import Iterable, Mapping
+from typing import NamedTuple
 
 __all__ = [
+    "RateGroup",
+    "RateGroups",
     "SubscriptionIndex",
     "plan_payloads",
     "subscription_signature",
@@ -58,6 +61,24 @@ def subscription_signature(iids: Iterable[int]) -> int:
     return _signature_of_sorted(_sorted_iids(iids))
 
 
+class RateGroup(frozenset[int]):
+    """One (signature, k) group's connections, as ``SubscriptionIndex.rate_groups`` keeps them:
+    the same object at every boundary until the group changes (then a new one), so the native
+    writer keeps its connection tuple under it (server/sendloop.py) instead of rebuilding one
+    per boundary; its own type, so the 25 Hz tuple of the same signature is kept apart."""
+
+    __slots__ = ()
+
+
+class RateGroups(NamedTuple):
+    """Rate k's groups as one boundary needs them, kept until a signature's connections or rate
+    groups change: (signature, its k connections, its members ascending) per group, and every
+    symbol some group of k watches (``watched``)."""
+
+    groups: tuple[tuple[int, RateGroup, tuple[int, ...]], ...]
+    watched: frozenset[int]
+
+
 class SubscriptionIndex:
     """Who subscribes to what, indexed every way the writer needs, kept consistent on every change.
 
@@ -82,8 +103,10 @@ class SubscriptionIndex:
         "_rated",
         "_sig_of",
         "_sigs_of_iid",
+        "_slow_only",
         "_sorted_members",
         "_subs",
+        "_views",
     )
 
     def __init__(self) -> None:
@@ -105,6 +128,11 @@ class SubscriptionIndex:
         # sig -> its 25 Hz connections, while it has slower ones too: ``paced_connections``,
         # dropped on any change of the signature's connections or rate groups
         self._paced: dict[int, frozenset[int]] = {}
+        # Both dropped, like ``_paced``, on any change of a signature's connections or rate
+        # groups (``_regrouped``), rebuilt on first use: k -> ``rate_groups(k)``, and the
+        # symbols no 25 Hz terminal watches (``slow_only``).
+        self._views: dict[int, RateGroups] = {}
+        self._slow_only: frozenset[int] | None = None
 
     # -- registry ---------------------------------------------------------------------------
 
@@ -249,6 +277,35 @@ class SubscriptionIndex:
         """(signature, its connections of rate ``k``: a copy) for every such group."""
         return [(sig, set(conns)) for sig, conns in self._rated.get(k, {}).items()]
 
+    def rate_groups(self, k: int) -> RateGroups:
+        """Rate ``k``'s groups and the symbols they watch, not copies: built once per change of
+        the index, so a boundary costs no set per group (``RateGroup``)."""
+        view = self._views.get(k)
+        if view is None:
+            groups = self._rated.get(k, {})
+            members = self._members
+            view = RateGroups(
+                tuple(
+                    (sig, RateGroup(conns), self._sorted_members[sig])
+                    for sig, conns in groups.items()
+                ),
+                frozenset().union(*(members[sig] for sig in groups)),
+            )
+            self._views[k] = view
+        return view
+
+    def slow_only(self) -> frozenset[int]:
+        """The symbols only slower terminals watch (every signature holding them has no 25 Hz
+        connection): a frame's records of them are in no 25 Hz payload. Kept until a change."""
+        slow = self._slow_only
+        if slow is None:
+            out = {sig for groups in self._rated.values() for sig in groups}
+            out = {sig for sig in out if not self.paced_connections(sig)}
+            sigs_of, members = self._sigs_of_iid, self._members
+            slow = frozenset(iid for sig in out for iid in members[sig] if sigs_of[iid] <= out)
+            self._slow_only = slow
+        return slow
+
     def sorted_members(self, sig: int) -> tuple[int, ...]:
         """The iids of signature ``sig``, ascending (empty if no connection has it)."""
         return self._sorted_members.get(sig, ())
@@ -372,13 +429,20 @@ class SubscriptionIndex:
             if not s:
                 del index[key]
 
-    def _join_group(self, conn: int, k: int, sig: int) -> None:
+    def _regrouped(self, sig: int) -> None:
+        """``sig``'s connections or rate groups changed: what is kept of them goes."""
         self._paced.pop(sig, None)
+        if self._views:
+            self._views.clear()
+        self._slow_only = None
+
+    def _join_group(self, conn: int, k: int, sig: int) -> None:
+        self._regrouped(sig)
         self._rated.setdefault(k, {}).setdefault(sig, set()).add(conn)
         self._fresh.setdefault(k, set()).add(conn)  # it holds what it had, not what k last sent
 
     def _leave_group(self, conn: int, k: int, sig: int) -> None:
-        self._paced.pop(sig, None)
+        self._regrouped(sig)
         self._discard(self._fresh, k, conn)
         groups = self._rated.get(k)
         if groups is None:
@@ -391,7 +455,7 @@ class SubscriptionIndex:
         sig = self._sig_of.pop(conn, None)
         if sig is None:
             return
-        self._paced.pop(sig, None)
+        self._regrouped(sig)
         k = self._rate.get(conn, 1)
         if k > 1:
             self._leave_group(conn, k, sig)
@@ -425,7 +489,7 @@ class SubscriptionIndex:
             raise RuntimeError(f"subscription signature collision on {sig:#x}")
         self._sig_of[conn] = sig
         self._conns_of_sig[sig] = self._conns_of_sig.get(sig, frozenset()) | {conn}
-        self._paced.pop(sig, None)
+        self._regrouped(sig)
         k = self._rate.get(conn, 1)
         if k > 1:
             self._join_group(conn, k, sig)

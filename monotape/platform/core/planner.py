@@ -18,8 +18,12 @@ more than once as a FULL record of its latest version from the snapshot cache (e
 version, shared by every group and rate): never a delta against a version a k terminal skipped.
 Terminals new to the group, or sent a snapshot since, get full records of everything they watch
 in a payload of their own. Never older than a 25 Hz terminal's at the same boundary: the records
-are this frame's latest. (Measured at 1,000 terminals, one in ten at k = 5: about half the
-records of a boundary are reused bytes, which halves the full records it encodes;
+are this frame's latest. What a boundary walks (the groups, their connection sets, the symbols
+they watch, the symbols only slower terminals watch) the index keeps between changes
+(``SubscriptionIndex.rate_groups``, ``slow_only``), so a boundary costs one lookup per owed
+symbol and one pass per group, and a frame between boundaries two set operations. (Measured at
+1,000 terminals, one in ten at k = 5: about half the records of a boundary are reused bytes;
+the ~350 full records of the symbols changed more than once are most of what is left;
 docs/benchmarks.md, "max_hz".)
 
 A gap (a connection's ring overflowed, core/outbox.py) ends in a snapshot of everything that
@@ -135,7 +139,7 @@ class Pacer:
 
     def due(
         self, frame_no: int, chunks: Mapping[int, bytes], index: SubscriptionIndex
-    ) -> list[tuple[bytes, set[int], int]]:
+    ) -> list[tuple[bytes, AbstractSet[int], int]]:
         """The payloads of the rate groups whose boundary ``frame_no`` is (none between them);
         ``chunks``: this frame's records of the symbols it changed (iid -> record)."""
         rates = index.rates()
@@ -144,7 +148,7 @@ class Pacer:
             del windows[k]
         if not rates:
             return []
-        payloads: list[tuple[bytes, set[int], int]] = []
+        payloads: list[tuple[bytes, AbstractSet[int], int]] = []
         for k in sorted(rates):
             window = windows.get(k)
             if window is None:
@@ -165,58 +169,62 @@ class Pacer:
         k: int,
         window: _Window,
         index: SubscriptionIndex,
-        payloads: list[tuple[bytes, set[int], int]],
+        payloads: list[tuple[bytes, AbstractSet[int], int]],
     ) -> None:
+        # Per boundary: one set operation for what is owed in full, one lookup per owed symbol,
+        # then per group one pass over its members and one payload: nothing per terminal, and
+        # the groups' connection sets are the index's own (``rate_groups``), not copies.
         last = window.last
-        again: AbstractSet[int] = window.again if self._reuse else last.keys()
-        retry = window.retry
-        if retry:  # owed since an earlier boundary: a full record whatever changed since
-            again = again | retry
-        chunk = self.snapshots.chunk
+        view = index.rate_groups(k)
         fresh = index.take_fresh(k)
-        groups = index.rated_groups(k)
-        # The full records this boundary sends to the groups' steady terminals (what changed
-        # more than once and some group watches): each looked up once, not once per group.
-        owed: set[int] = set()
-        for sig, _conns in groups:
-            owed |= again & index.members(sig)
-        full = {iid: chunk(iid) for iid in owed}
-        for sig, conns in groups:
-            members = index.sorted_members(sig)
+        # The full records the groups' steady terminals get (changed more than once and some
+        # group watches it, or owed since an earlier boundary): each looked up once.
+        owed = (window.again if self._reuse else last.keys()) & view.watched
+        if window.retry:
+            owed |= window.retry & view.watched
+        chunk = self.snapshots.chunk
+        # iterated in C (~350 a boundary at 1,000 terminals, one in ten at k = 5)
+        full = dict(zip(owed, map(chunk, owed), strict=True))
+        send: Mapping[int, bytes | None] = last
+        if full:
+            send = dict(last)
+            send.update(full)  # a None: the snapshots lacked it; it stays owed (below)
+        get = send.get
+        for sig, conns, members in view.groups:
             joined = conns & fresh if fresh else None
-            steady = conns - joined if joined else conns
-            if steady and (last or retry):
-                records = [
-                    full[iid] if iid in again else last[iid]
-                    for iid in members
-                    if iid in last or iid in retry
-                ]
-                _append(payloads, frame_no, records, steady, sig)
+            steady = set(conns - joined) if joined else conns  # a one-off set, not a group
+            if steady and send:
+                # the members that changed (or are owed), ascending; a None (not in the
+                # snapshots) left out. One pass in C, not a Python loop per member.
+                _append(payloads, frame_no, list(filter(None, map(get, members))), steady, sig)
             if joined:
                 # Everything it watches in full; a symbol the snapshots lack reaches it with
                 # the group's next record of that symbol (it is steady from now on).
-                _append(payloads, frame_no, [chunk(iid) for iid in members], joined, sig)
+                found = list(filter(None, map(chunk, members)))
+                _append(payloads, frame_no, found, set(joined), sig)
         last.clear()
         window.again.clear()
         # Kept, not dropped: the next boundary asks the snapshots again (see the class doc).
-        missed = {iid for iid, record in full.items() if record is None}
-        window.retry = missed
-        self.retried += len(missed)
+        if None in full.values():
+            missed = {iid for iid, record in full.items() if record is None}
+            window.retry = missed
+            self.retried += len(missed)
+        elif window.retry:
+            window.retry = set()
 
 
 def _append(
-    payloads: list[tuple[bytes, set[int], int]],
+    payloads: list[tuple[bytes, AbstractSet[int], int]],
     frame_no: int,
-    records: list[bytes | None],
-    conns: set[int],
+    records: list[bytes],
+    conns: AbstractSet[int],
     sig: int,
 ) -> None:
-    """One FRAME of ``records`` (a symbol with no state, or one that cannot encode, left out:
-    the cache reports its own failures) for ``conns``, if it carries any."""
-    present = [r for r in records if r is not None]
-    if present:
-        header = codec.frame_header(frame_no, len(present))
-        payloads.append((codec.ws_binary_frame(header + b"".join(present)), conns, sig))
+    """One FRAME of ``records`` (a symbol with no state, or one that cannot encode, already
+    left out: the cache reports its own failures) for ``conns``, if it carries any."""
+    if records:
+        header = codec.frame_header(frame_no, len(records))
+        payloads.append((codec.ws_binary_frame(header + b"".join(records)), conns, sig))
 
 
 def plan_frame(
@@ -261,33 +269,22 @@ def plan_chunks(
     terminals watch."""
     # Without rate groups the index's own frozenset (replaced, never edited, on a change): no
     # copy per signature per frame, and the writer knows it unchanged by identity.
-    connections = index.paced_connections if index.rates() else index.shared_connections
+    paced = bool(index.rates())
+    connections = index.paced_connections if paced else index.shared_connections
     payloads: list[tuple[bytes, AbstractSet[int], int]] = []
-    left_out: list[int] = []  # signatures held only by slower terminals
     for sig, sig_chunks in plan_payloads(chunks, index).items():
         conns = connections(sig)
-        if not conns:  # its k-boundary serves it
-            left_out.append(sig)
+        if not conns:  # held only by slower terminals: their k-boundary serves it
             continue
         header = codec.frame_header(frame_no, len(sig_chunks))
         payloads.append((codec.ws_binary_frame(header + b"".join(sig_chunks)), conns, sig))
-    unsent = _unsent(chunks, left_out, index) if left_out else frozenset()
+    # The chunks in no 25 Hz payload: one set operation against what the index keeps of the
+    # symbols only slower terminals watch (measured before: 36 µs a frame walking the
+    # left-out signatures at 1,000 terminals, one in ten paced).
+    unsent = frozenset(chunks.keys() & index.slow_only()) if paced else frozenset()
     if pacer is not None:
         payloads += pacer.due(frame_no, chunks, index)
     return FramePlan(frame_no, chunks, payloads, whole=not unsent, unsent=unsent)
-
-
-def _unsent(
-    chunks: dict[int, bytes], left_out: list[int], index: SubscriptionIndex
-) -> frozenset[int]:
-    """The chunks that only left-out signatures hold. Walks the few left-out signatures rather
-    than every written one: ``written_iids`` then stays off its per-signature path (measured at
-    1,000 terminals with one in ten paced: 36 µs a frame against 480 µs for the union)."""
-    gone = set(left_out)
-    members, sigs_of = index.members, index.signatures_of
-    return frozenset(
-        iid for sig in left_out for iid in members(sig) if iid in chunks and sigs_of(iid) <= gone
-    )
 
 
 def _encode_each(
@@ -320,7 +317,7 @@ def written_iids(
         # went out.
         if plan.whole:
             return np.fromiter(chunks, dtype=np.int64, count=len(chunks))
-        sent = [iid for iid in chunks if iid not in plan.unsent]
+        sent = chunks.keys() - plan.unsent  # one set operation, not a loop per chunk
         return np.fromiter(sent, dtype=np.int64, count=len(sent))
     members = index.members
     watched: set[int] = set()

@@ -70,17 +70,19 @@ class StageStamps:
     """Stamps per batch, records per frame, as runs: struct of arrays, not attributes per tick.
 
     A batch is stamped whole, while it is at hand: the one field that differs per tick is
-    copied out of a delivered batch (the venue's timestamp: one list comprehension per batch),
-    and the stamps a batch shares (a handler's drain has one decoded time, a lane call one
-    admitted time) are read once and kept as a run ``(stamp, ticks)``. An admitted batch is
-    kept as it is (the lane holds those ticks anyway) and read once, for its instruments, when
-    the frame's payloads went out (``written``). Once per 40 ms frame the runs become int64
-    arrays, and the stages whose values a run shares (sequence, conflate, encode,
-    tick_to_write) are recorded as one value with its count (``StageRecorder.add_counts_ns``);
-    only decode has a value per tick. Per tick that is two attribute reads where there were
-    five, and one histogram value where there were four (issue 12: recording cost 14% of the
-    pipeline's throughput; bench/micro/bench_recording.py measures it). tick_to_write's
-    membership test is a flag table by instrument id, not ``np.isin``.
+    copied out of a delivered batch (the venue's timestamp, for decode: one list comprehension
+    per batch, one int64 conversion per frame), and the stamps a batch shares (a handler's
+    drain has one decoded time, a lane call one admitted time) are read once and kept as a run
+    ``(stamp, ticks)``. An admitted batch is kept as it is (the lane holds those ticks anyway).
+    Once per 40 ms frame the runs become int64 arrays, and the stages whose values a run shares
+    (sequence, conflate, encode, tick_to_write) are recorded as one value with its count
+    (``StageRecorder.add_counts_ns``).
+    tick_to_write reads no tick when every instrument of the frame went out (the fan-out's
+    common case: ``framed(symbols=)`` gives the frame's record count, ``written`` compares);
+    only a frame some instruments of which stayed unwritten takes its admitted ticks' ids, once,
+    through a flag table by instrument id (not ``np.isin``). Issue 12: recording cost 14% of the
+    pipeline's throughput with a value recorded per tick at every stage;
+    bench/micro/bench_recording.py measures it.
 
     A batch whose first and last ticks differ in a stamp is taken apart into runs of one tick
     (a caller's mixed list, a test's): exact, only slower. Equal ends are taken as one stamp
@@ -100,8 +102,10 @@ class StageStamps:
         self._priority = recorders["priority"]
         self._tick_to_write = recorders["tick_to_write"]
         # Since the last frame, flat (one extend per batch): the venue timestamps of delivered
-        # ticks and their runs (decoded, ticks); the instruments of admitted ticks and their
-        # runs (admitted, decoded, ticks).
+        # ticks and their runs (decoded, ticks); the admitted batches and their runs (admitted,
+        # decoded, ticks). A delivered batch is copied out, not kept: a list kept until the frame
+        # is a container the cyclic GC traverses, again and again (MEASURED: keeping them cost
+        # more in list_traverse than one comprehension per frame saved).
         self._venue_ts: list[int] = []
         self._decoded_runs: list[int] = []
         self._admitted: list[Sequence[Tick]] = []  # read for their instruments only if written
@@ -111,16 +115,18 @@ class StageStamps:
         self._framed_decoded = _EMPTY  # per run
         self._framed_n = _EMPTY
         self._framed_published = 0
+        self._framed_symbols = -1  # the frame's record count, if the caller said (framed())
         self._written_flags = np.zeros(_IID_SPACE, dtype=np.bool_)  # reused: cleared after use
 
     def decoded(self, ticks: Sequence[Tick]) -> None:
         """A batch a handler delivered (one drain, or a replay step)."""
-        if not ticks:
+        n = len(ticks)
+        if not n:
             return
         self._venue_ts += [t.venue_ts_ns for t in ticks]
         at = ticks[0].decoded_ns
         if ticks[-1].decoded_ns == at:
-            self._decoded_runs += (at, len(ticks))
+            self._decoded_runs += (at, n)
         else:  # not one stamp: one run per tick
             self._decoded_runs += [x for t in ticks for x in (t.decoded_ns, 1)]
 
@@ -158,15 +164,26 @@ class StageStamps:
         self._sequence.add_counts_ns(admitted - decoded, counts)
         return admitted, decoded, counts
 
-    def framed(self, boundary_ns: int, published_ns: int, wall_offset_ns: int) -> int:
+    def framed(
+        self,
+        boundary_ns: int,
+        published_ns: int,
+        wall_offset_ns: int,
+        symbols: int | None = None,
+    ) -> int:
         """The frame at ``boundary_ns`` carried every tick admitted since the last one.
 
         ``wall_offset_ns`` is wall minus monotonic time now (the decode stage's venue stamps are
-        wall clock). Returns how many admitted ticks the frame carried."""
+        wall clock). ``symbols``: the frame's record count (``len(frame.records)``), when the
+        caller took that frame right before, with nothing admitted in between: then it is the
+        number of instruments the frame's ticks have (conflation keeps one record per admitted
+        instrument), and ``written`` needs no pass over the ticks when all of them went out.
+        Returns how many admitted ticks the frame carried."""
         admitted, decoded, counts = self._take(wall_offset_ns)
         self._framed_decoded = decoded
         self._framed_n = counts
         self._framed_published = published_ns
+        self._framed_symbols = -1 if symbols is None else symbols
         if not len(counts):
             return 0
         # An overdue frame (the previous publish overran) carries ticks admitted after its
@@ -191,17 +208,24 @@ class StageStamps:
         reached a socket.
 
         ``written_iids``: the instruments whose record was in a payload handed to the kernel
-        for at least one terminal (the fan-out's ``written_iids``). Only the frame's ticks of
-        those instruments get a ``tick_to_write`` value; none without it."""
+        for at least one terminal (the fan-out's ``written_iids``: distinct, and among the
+        frame's). Only the frame's ticks of those instruments get a ``tick_to_write`` value;
+        none without it. When they are as many as the frame's records (``framed(symbols=)``),
+        every instrument went out: each run counts whole, read from no tick (the common case:
+        every payload written, ``planner.written_iids``)."""
         self._write.add_ns(latencies_ns)
         runs = self._framed_n
         decoded = self._framed_decoded
         framed, self._framed = self._framed, []
         self._framed_decoded = self._framed_n = _EMPTY
+        symbols, self._framed_symbols = self._framed_symbols, -1
         mine = latencies_ns if direct is None else latencies_ns[:direct]
         if not (len(mine) and len(runs) and len(written_iids)):
             return
         last_write = self._framed_published + int(mine.max())
+        if len(written_iids) == symbols:  # all of the frame's instruments: every tick carried
+            self._tick_to_write.add_counts_ns(last_write - decoded, runs)
+            return
         n = int(runs.sum())
         # one pass over the frame's admitted ticks, only when a payload went out
         iids = np.fromiter([t.iid for t in chain.from_iterable(framed)], np.int64, count=n)

@@ -5,10 +5,15 @@
 exposition; the app is built from it and the process table, like node/admin.py builds its app
 from an ``AdminView``. /healthz is 200 when every role process runs (503 naming those that do
 not: a load balancer's probe takes the host out while a writer restarts), /readyz when every
-role is also ready (its metrics port published), /admin/latency the exact percentiles of a
-stage merged over every process's histogram intervals. /admin/* needs an admin token, as on
-the node. /admin/symbols lists the instrument dictionary (no prices: the sequencer process holds
-them); the node's other /admin routes are not served by the host yet.
+role is also ready (its metrics port published) and no drain holds it out of rotation (503
+"draining"/"drained" from POST /admin/drain to /admin/resume), /admin/latency the exact
+percentiles of a stage merged over every process's histogram intervals. /admin/* needs an admin
+token, as on the node. The node's desk routes (connections, feeds, invariants, glass, GC, drain,
+resume, the symbols and their prices) are answered by the roles that hold the state and merged
+(admin_routes.py). The routes, /admin/ and /openapi.json come from one table: the
+node's ``ENDPOINTS`` entries this app has a handler for, plus ``HOST_ENDPOINTS``; a route is
+added by adding its handler to ``handlers`` below and its row, if the node has none (a handler
+without a row is an error when the app is built, never a route silently left out).
 """
 
 from __future__ import annotations
@@ -18,36 +23,78 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
-import msgspec
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 from starlette.applications import Starlette
-from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 
 from monotape import metric_names as m
-from monotape.histograms import query
+from monotape.clock import SystemClock
 from monotape.log import Throttle, log_event
 from monotape.platform.auth import TokenVerifier
+from monotape.platform.host.admin_routes import HostDrain, RoleAsker, host_desk_handlers
+from monotape.platform.host.admin_views import host_views
 from monotape.platform.host.aggregate import MergedCollector, Scrape, merge, scrape_all
+from monotape.platform.host.state import RoleView
 from monotape.platform.host.supervisor import ProcessTable, SlotState
 from monotape.platform.model import Instrument
-from monotape.platform.node.admin_desk import match_keys, symbol_row
+from monotape.platform.node.admin import (
+    ENDPOINTS,
+    PARAMETERS,
+    Endpoint,
+    Param,
+    admin_index,
+    openapi_document,
+)
+from monotape.platform.node.admin_latency import latency_handlers
 from monotape.platform.node.admin_params import (
+    Handler,
     admin_guard,
-    int_param,
     json_response,
-    stage_param,
-    window_ms,
 )
 
-__all__ = ["HostCollector", "Observer", "build_host_admin_app", "terminal_count"]
+__all__ = [
+    "HOST_ENDPOINTS",
+    "HOST_PARAMETERS",
+    "HostCollector",
+    "Observer",
+    "build_host_admin_app",
+    "host_endpoints",
+    "terminal_count",
+]
 
 HOST = "host"  # the host's own samples carry process="host"
+
+# The host's routes that the one-process node has no use for (same row shape as ENDPOINTS).
+HOST_ENDPOINTS: list[Endpoint] = [
+    (
+        "GET",
+        "/admin/processes",
+        "Every role process: state, pid, uptime, restarts; terminals per writer.",
+        True,
+    ),
+]
+HOST_PARAMETERS: dict[str, list[Param]] = {
+    **PARAMETERS,
+    "/admin/gc/collect": [
+        ("process", "query", "string", "one process (writer-0, sequencer); default every one")
+    ],
+}
+
+
+def host_endpoints(paths: set[str]) -> list[Endpoint]:
+    """The rows of ``ENDPOINTS`` and ``HOST_ENDPOINTS`` the host has a handler for, in order:
+    what it routes, lists at /admin/ and documents at /openapi.json (one list: no drift).
+    Raises ValueError for a handler without a row (it would be served by no route)."""
+    rows = [row for row in [*ENDPOINTS, *HOST_ENDPOINTS] if row[1] in paths]
+    unlisted = sorted(paths - {row[1] for row in rows})
+    if unlisted:
+        raise ValueError(f"host admin handlers without an ENDPOINTS row: {', '.join(unlisted)}")
+    return rows
 
 
 class HostCollector:
@@ -142,6 +189,8 @@ def build_host_admin_app(
     table = observer.table
 
     admin = admin_guard(lambda: verifier)  # the node's rule, from one place
+    asker = RoleAsker(table, observer.run_dir, observer.timeout_s)
+    host_drain = HostDrain()
 
     def states() -> dict[str, str]:
         return {s.name: s.state.value for s in table.slots.values()}
@@ -152,6 +201,8 @@ def build_host_admin_app(
         return json_response(body, 200 if not down else 503)
 
     async def readyz(request: Request) -> Response:
+        if host_drain.requested:  # out of rotation until POST /admin/resume, as the node
+            return json_response({"status": await host_drain.status(asker)}, 503)
         ready = table.all_ready() and not table.stopping
         return json_response({"status": "ready" if ready else "starting"}, 200 if ready else 503)
 
@@ -190,32 +241,36 @@ def build_host_admin_app(
             {"host": about(), "processes": rows, "terminals": split, "restarts": restarts}
         )
 
-    async def latency(request: Request) -> Response:
-        # Every process writes its intervals to the same directory (proc=<name>-<pid> in each
-        # file's name): the node's query merges them, exact, across processes (off the loop).
-        stage = stage_param(request)
-        window = window_ms(request, "1m")
-        now_ms = time.time_ns() // 1_000_000
-        result = await run_in_threadpool(query, hdr_dir, stage, now_ms - window, now_ms)
-        return json_response(msgspec.to_builtins(result))
+    async def openapi(request: Request) -> Response:
+        return json_response(openapi_document(served, HOST_PARAMETERS))
 
-    async def symbols(request: Request) -> Response:
-        # The node's answer without prices: the host holds no sequencer state (the sequencer
-        # process does), so ``current`` is null and ``monotape symbols`` shows "-".
-        pattern = request.query_params.get("pattern", "")
-        limit = int_param(request, "limit", 100_000, 1, 100_000)
-        keys = match_keys(list(by_key), pattern)
-        rows = [symbol_row(by_key[key]) for key in keys[:limit]]
-        return json_response({"pattern": pattern, "count": len(keys), "symbols": rows})
+    async def index(request: Request) -> Response:
+        return json_response(admin_index(served, HOST_PARAMETERS))
 
-    by_key = {inst.key: inst for inst in universe}
-    return Starlette(
-        routes=[
-            Route("/admin/latency", admin(latency)),
-            Route("/admin/symbols", admin(symbols)),
-            Route("/healthz", healthz),
-            Route("/readyz", readyz),
-            Route("/metrics", metrics),
-            Route("/admin/processes", admin(processes)),
-        ]
-    )
+    # Every process writes its intervals to the same directory (proc=<name>-<pid> in each
+    # file's name): the node's own handler merges them, exact, across processes (off the loop).
+    latency = latency_handlers(RoleView(SystemClock(), hdr_dir=hdr_dir).as_view())["/admin/latency"]
+    views = host_views(observer, hdr_dir)
+    handlers: dict[str, Handler] = {
+        "/healthz": healthz,
+        "/readyz": readyz,
+        "/metrics": metrics,
+        "/openapi.json": openapi,
+        "/admin/": index,
+        "/admin/latency": latency,
+        "/admin/processes": processes,
+        **host_desk_handlers(asker, universe, host_drain),
+        **views.handlers(),  # admin_views.py: the timeline, dashboards, watchlist
+    }
+    served = host_endpoints(set(handlers))
+    routes: list[BaseRoute] = [
+        Route(path, admin(handlers[path]) if admin_only else handlers[path], methods=[method])
+        for method, path, _, admin_only in served
+    ]
+    app = Starlette(routes=[*routes, *views.mounts()])
+    # The host's hooks: its stop ends the views' sampler, a writer that comes back while the
+    # host is drained is told to drain (host.py).
+    app.state.host_views = views
+    app.state.host_drain = host_drain
+    app.state.asker = asker
+    return app

@@ -33,6 +33,7 @@ __all__ = [
     "MAX_BODY_BYTES",
     "MergedCollector",
     "Scrape",
+    "loopback_request",
     "merge",
     "read_port",
     "scrape_all",
@@ -52,35 +53,55 @@ def read_port(run_dir: str | Path, name: str) -> int | None:
     return port if 0 < port < 65_536 else None
 
 
-async def scrape_one(port: int, timeout_s: float) -> str:
-    """GET /metrics from 127.0.0.1:port; raises OSError, TimeoutError or ValueError."""
+async def loopback_request(
+    port: int,
+    method: str,
+    path: str,
+    timeout_s: float,
+    max_bytes: int,
+    headers: Mapping[str, str] | None = None,
+) -> tuple[int, bytes]:
+    """One HTTP/1.0 request to 127.0.0.1:port (a role's telemetry port): (status, body). The
+    one loopback client of the host, for /metrics and the roles' /state and /action. Raises
+    OSError, TimeoutError or ValueError (no HTTP answer; a body over ``max_bytes``)."""
+    extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
+    request = f"{method} {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n{extra}Content-Length: 0\r\n\r\n"
 
-    async def get() -> bytes:
+    async def exchange() -> bytes:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         try:
-            writer.write(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\nAccept: text/plain\r\n\r\n")
+            writer.write(request.encode("ascii"))
             await writer.drain()
             chunks: list[bytes] = []
             size = 0
-            # HTTP/1.0: the body ends where the connection does
-            while chunk := await reader.read(65_536):
+            while chunk := await reader.read(65_536):  # HTTP/1.0: the body ends at EOF
                 chunks.append(chunk)
                 size += len(chunk)
-                if size > MAX_BODY_BYTES + 65_536:
-                    break
+                if size > max_bytes + 65_536:  # the head's allowance
+                    raise ValueError(f"answer larger than {max_bytes} bytes")
             return b"".join(chunks)
         finally:
             writer.close()
             with contextlib.suppress(OSError):
                 await writer.wait_closed()
 
-    raw = await asyncio.wait_for(get(), timeout_s)
+    raw = await asyncio.wait_for(exchange(), timeout_s)
     head, sep, body = raw.partition(b"\r\n\r\n")
     status = head.split(b"\r\n", 1)[0].split()
-    if not sep or len(status) < 2 or status[1] != b"200":
-        raise ValueError(f"not a 200 answer: {head[:80]!r}")
-    if len(body) > MAX_BODY_BYTES:
-        raise ValueError(f"exposition larger than {MAX_BODY_BYTES} bytes")
+    if not sep or len(status) < 2 or not status[1].isdigit():
+        raise ValueError(f"not an HTTP answer: {head[:80]!r}")
+    if len(body) > max_bytes:
+        raise ValueError(f"answer larger than {max_bytes} bytes")
+    return int(status[1]), body
+
+
+async def scrape_one(port: int, timeout_s: float) -> str:
+    """GET /metrics from 127.0.0.1:port; raises OSError, TimeoutError or ValueError."""
+    status, body = await loopback_request(
+        port, "GET", "/metrics", timeout_s, MAX_BODY_BYTES, {"Accept": "text/plain"}
+    )
+    if status != 200:
+        raise ValueError(f"not a 200 answer: {status}")
     return body.decode("utf-8", errors="replace")
 
 

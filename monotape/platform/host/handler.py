@@ -27,6 +27,7 @@ import asyncio
 import contextlib
 import fcntl
 import logging
+import math
 import os
 import sys
 from collections.abc import Iterator
@@ -37,8 +38,10 @@ import msgspec
 from prometheus_client import CollectorRegistry, ProcessCollector
 from prometheus_client.registry import Collector
 
+from monotape import metric_names as m
 from monotape.clock import Clock, SystemClock
 from monotape.config import Config
+from monotape.histograms.gc import GcMonitor
 from monotape.log import log_event
 from monotape.platform.bus.ipc import IpcTickBus
 from monotape.platform.bus.ipc_collector import LinkCollector
@@ -53,12 +56,20 @@ from monotape.platform.feeds.venue_wire import VenueBatchCodec
 from monotape.platform.host.buses import role_bus
 from monotape.platform.host.lifeline import ROLE_STOP_S, run_role, stop_on_signals, watch_host
 from monotape.platform.host.spec import RoleSpec
-from monotape.platform.host.telemetry import serve_metrics
-from monotape.platform.node.collectors import FeedCollector, IngestCollector
+from monotape.platform.host.state import RoleView, handler_state
+from monotape.platform.host.telemetry import RoleState, serve_metrics
+from monotape.platform.node.collectors import FeedCollector, GcCollector, IngestCollector
 from monotape.platform.node.failures import StageFailures
 from monotape.platform.node.sources import HandlerPlan, build_handler, handler_plans
 
-__all__ = ["EPOCH_CHECK_NS", "HandlerRole", "exit_now", "feed_path", "first_of_venue", "main"]
+__all__ = [
+    "EPOCH_CHECK_NS",
+    "HandlerRole",
+    "exit_now",
+    "feed_path",
+    "first_of_venue",
+    "main",
+]
 
 EPOCH_CHECK_NS = 10_000_000  # a twin's bump is seen within 10 ms (the fence is 250 ms)
 
@@ -129,7 +140,9 @@ class HandlerRole:
         self.failures = StageFailures(self.clock.now_ns)
         self.published = 0
         self._next_epoch_check = 0
+        self._epoch_file: tuple[int, int, int] | None = None  # its (inode, mtime, size) read
         self._wake: asyncio.Event | None = None  # the driver's, while ``run`` runs
+        self._timer: asyncio.TimerHandle | None = None  # the driver's wake-up for the head
 
     def start(self) -> int:
         """Go live: bump the venue's epoch, at once if this is the first handler of its venue
@@ -159,21 +172,51 @@ class HandlerRole:
         idle = self.handler.next_due_ns is None
         self.handler.on_venue(updates)
         if idle and self._wake is not None:
-            # The delay line was empty: the driver sleeps with no timer; wake it to set one.
-            # (Otherwise its timer is for the head, due before anything added now.)
-            self._wake.set()
+            # The delay line was empty: the driver sleeps with no timer; set the head's here
+            # rather than wake it to set one (a loop pass and a pump for nothing, ~350 a
+            # second per handler at the default rate). Otherwise its timer is for the head,
+            # due before anything added now.
+            self._arm(self._wake)
 
     def pump(self) -> int:
         """What is due goes on the bus; the twin's epoch bumps are picked up every 10 ms."""
         now = self.clock.now_ns()
         if now >= self._next_epoch_check:
             self._next_epoch_check = now + EPOCH_CHECK_NS
-            self.handler.refresh_epochs()
+            if self._epochs_changed():
+                self.handler.refresh_epochs()
         ticks = self.handler.drain_due()
         if ticks:
             self.published += len(ticks)
             self.bus.publish(ticks)
         return len(ticks)
+
+    def _epochs_changed(self) -> bool:
+        """Whether the venue's epoch file changed since the last look: one ``stat`` every
+        10 ms instead of an open, a read and a decode (a bump replaces the file: a new inode
+        and mtime)."""
+        try:
+            st = os.stat(self.epochs.path(self.plan.venue))
+            seen: tuple[int, int, int] | None = (st.st_ino, st.st_mtime_ns, st.st_size)
+        except OSError:
+            seen = None  # none yet (or unreadable): reading it says which
+        if seen is not None and seen == self._epoch_file:
+            return False
+        self._epoch_file = seen
+        return True
+
+    def _arm(self, wake: asyncio.Event) -> None:
+        """The driver's timer: ``wake`` when the delay line's head is due (none: no timer)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        due = self.handler.next_due_ns
+        if due is not None:
+            # Whole milliseconds, rounded up: uvloop's timers are whole milliseconds rounded to
+            # the nearest, and a head rounded down would wake to nothing due, again and again
+            # until it is (the one-process node pumps on a 1 ms step: the same granularity).
+            delay_ms = math.ceil(max(due - self.clock.now_ns(), 0) / 1e6)
+            self._timer = asyncio.get_running_loop().call_later(delay_ms / 1e3, wake.set)
 
     def collectors(self) -> list[Collector]:
         return [
@@ -196,16 +239,13 @@ class HandlerRole:
                 except Exception as exc:  # contained: the next wake-up pumps as usual
                     self.failures.record("pump", exc)
                 wake.clear()
-                due = self.handler.next_due_ns
-                timer = None
-                if due is not None:
-                    delay_s = max(due - self.clock.now_ns(), 0) / 1e9
-                    timer = loop.call_later(delay_s, wake.set)
-                await wake.wait()  # the head is due, a feed message arrived, or stop
-                if timer is not None:
-                    timer.cancel()
+                self._arm(wake)
+                await wake.wait()  # the head is due (on_feed may have set it), or stop
         finally:
             stopper.cancel()
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
             self._wake = None
             receiver.close()
             self.handler.stop()
@@ -223,18 +263,23 @@ def _bus(cfg: Config, spec: RoleSpec, clock: Clock) -> IpcTickBus | NatsTickBus:
 
 
 async def _serve(spec: RoleSpec, cfg: Config) -> int:
+    plan = find_plan(cfg, spec.venue, spec.handler)
+    if plan is None:
+        # The host plans one process per handler of the config (processes.plan_roles) and none
+        # for a replay, whose venue process feeds the bus: a spec naming another handler is a
+        # mistake (a role started by hand), said in one line, not a process idling unseen.
+        log_event(
+            "handler_not_planned",
+            level="error",
+            venue=spec.venue,
+            handler=spec.handler,
+            replay=bool(cfg.feeds.replay),
+            planned=[p.key for p in handler_plans(cfg)],
+        )
+        return 2
     stop = asyncio.Event()
     stop_on_signals(stop)
     watcher = asyncio.create_task(watch_host(spec.host_pid, stop))
-    plan = find_plan(cfg, spec.venue, spec.handler)
-    if plan is None:
-        # A replay feeds the bus from the venue process: no handler has anything to hear. Stay
-        # up (the host supervises every role it planned) and say so once.
-        log_event("handler_idle", venue=spec.venue, handler=spec.handler, replay=cfg.feeds.replay)
-        await stop.wait()
-        watcher.cancel()
-        log_event("role_stopped", role="handler")
-        return 0
     clock = SystemClock()
     bus = _bus(cfg, spec, clock)
     role = HandlerRole(spec, cfg, plan, bus, clock)
@@ -249,9 +294,19 @@ async def _serve(spec: RoleSpec, cfg: Config) -> int:
     else:
         links.append(bus.counters)
     registry.register(LinkCollector(lambda: links))
+    # GC pauses per process, handlers too (issue #12 item 4): no terminals here, so the
+    # warm-up freeze is the whole policy (docs/observability.md, "GC and the event loop").
+    gc_monitor = GcMonitor(clock=clock).install()
+    registry.register(GcCollector(gc_monitor, frozen_name=m.GC_FROZEN_OBJECTS))
     ProcessCollector(registry=registry)
-    serve_metrics(registry, spec.run_dir, role.name)
+    # The same loopback port answers the host's /admin/feeds with this handler's row.
+    source = "replay" if cfg.feeds.replay else "simulator"  # the node's word (Node.source)
+    view = RoleView(clock, handlers=[role.handler], gc_monitor=gc_monitor, source=source)
+    state = handler_state(RoleState(asyncio.get_running_loop()), view)
+    serve_metrics(registry, spec.run_dir, role.name, state)
     role.start()
+    if cfg.server.gc_freeze:
+        gc_monitor.freeze_after_warmup()
     receiver = LinkReceiver(feed_path(spec.run_dir, plan.key), role.feed, role.on_feed)
     try:
         await role.run(receiver, stop)

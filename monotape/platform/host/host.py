@@ -18,6 +18,9 @@ second Ctrl-C) SIGKILLs every role at once. Then the segments are unlinked and t
 
 The decisions (what to start, backoff, reasons, order) are the process table's
 (supervisor.py); this module only moves processes, files and signals.
+
+Size: one driver for one process tree: start, supervision and the ordered stop share the live
+processes, their watchers and the segments, and split apart each would need the others' state.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ import time
 from pathlib import Path
 
 from msgspec.structs import replace
+from starlette.applications import Starlette
 
 from monotape.config import Config
 from monotape.log import log_event
@@ -53,8 +57,9 @@ from monotape.platform.host.processes import (
 )
 from monotape.platform.host.spec import RoleSpec, write_config
 from monotape.platform.host.supervisor import Backoff, ProcessTable
-from monotape.platform.host.telemetry import port_file
+from monotape.platform.host.telemetry import port_file, write_secret
 from monotape.platform.node.admin_server import AdminServer
+from monotape.platform.node.datadir_lock import DataDirLock, lock_data_dir
 from monotape.platform.node.endpoints import (
     Endpoints,
     ListenError,
@@ -80,7 +85,7 @@ class Host:
         specs: list[RoleSpec] | None = None,
         command: Command = role_command,
     ) -> None:
-        if cfg.host.writers < 1 and specs is None:
+        if cfg.host.writer_count < 1 and specs is None:
             raise ValueError("the host runs writer processes: host.writers must be >= 1")
         self.cfg = cfg
         self.pid = os.getpid()
@@ -104,7 +109,9 @@ class Host:
         self.admin_port = 0
         self.endpoints: Endpoints | None = None
         self._port_lock: socket.socket | None = None
+        self._dir_lock: DataDirLock | None = None  # the roles never take it: they are ours
         self._admin: AdminServer | None = None
+        self._admin_app: Starlette | None = None
         self._procs: dict[str, asyncio.subprocess.Process] = {}
         self._watchers: set[asyncio.Task[None]] = set()
         self._changed = asyncio.Event()
@@ -125,12 +132,14 @@ class Host:
 
     async def _start(self) -> None:
         srv = self.cfg.server
+        self._dir_lock = lock_data_dir(self.data_dir)  # one `monotape run` per data dir
         swept = sweep_leftovers(SHM_DIR) + sweep_run_dirs(self.run_base)
         if swept:
             log_event("swept_leftovers", process=HOST, removed=swept)
         if self.run_dir.exists():  # a dead process with our pid left it (pid reuse)
             shutil.rmtree(self.run_dir)
         self.run_dir.mkdir(mode=0o700)
+        write_secret(self.run_dir)  # before any role starts: each reads it once (telemetry.py)
         self.data_dir.mkdir(parents=True, exist_ok=True)  # epochs, keys, hdr: every role's
         try:
             self._port_lock = reserve_port(srv.host, srv.ws_port)
@@ -149,6 +158,7 @@ class Host:
         app = build_host_admin_app(
             self.observer, self.verifier, self.about, self.data_dir / "hdr", universe_of(self.cfg)
         )
+        self._admin_app = app
         self._admin = AdminServer(app)
         try:
             self.admin_port = await self._admin.start(srv.host, srv.admin_port)
@@ -221,11 +231,29 @@ class Host:
                     if not s.ready and read_port(self.run_dir, s.name) is not None:
                         self.table.mark_ready(s.name)
                         log_event("role_ready", process=HOST, role=s.name, pid=s.pid)
+                        if s.role == "writer":
+                            self._keep_drained(s.name)
             except Exception as exc:  # the loop that restarts roles must not die of one
                 log_event("supervise_failed", level="error", process=HOST, error=repr(exc))
             self._changed.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), _TICK_S)
+
+    def _keep_drained(self, name: str) -> None:
+        """A writer (re)started while the host is drained (POST /admin/drain, no resume yet):
+        tell it to drain too, or it would take terminals while /readyz says "drained"."""
+        app = self._admin_app
+        if app is None or not app.state.host_drain.on_writer_ready(name):
+            return
+
+        async def drain() -> None:
+            got = await app.state.asker.ask([name], "action", "drain")
+            log_event("writer_drained_on_start", process=HOST, role=name,
+                      missing=got.missing)  # fmt: skip
+
+        task = asyncio.create_task(drain(), name=f"host.drain.{name}")
+        self._watchers.add(task)
+        task.add_done_callback(self._watchers.discard)
 
     def _spec(self, name: str) -> RoleSpec:
         return replace(
@@ -372,6 +400,8 @@ class Host:
         log_event("host_stopped", process=HOST, seconds=round(time.monotonic() - t0, 3))
 
     async def _release(self) -> None:
+        if self._admin_app is not None:
+            await self._admin_app.state.host_views.stop()  # its sampler ends with the host
         if self._admin is not None:
             await self._admin.stop()
         if self.ring is not None:
@@ -384,3 +414,5 @@ class Host:
         if self.verifier is not None:
             self.verifier.close()
         shutil.rmtree(self.run_dir, ignore_errors=True)
+        if self._dir_lock is not None:
+            self._dir_lock.release()

@@ -12,10 +12,10 @@
 
 A role's ``main`` is ``run_role(spec, name, serve)``, one way for every role: the death signal
 armed first, the process name on every log line, the host's config, a role whose host already
-died leaves at once, and ``asyncio.run(serve(cfg))``: a coroutine that starts its loops, awaits
-the stop event (set by a signal or by ``watch_host``), and tears its pieces down in order. A
-failure escaping it is one ``role_failed`` line and exit 1 (the host restarts it with backoff
-and counts the exit).
+died leaves at once, and ``run_loop(serve(cfg))`` (uvloop, as the node): a coroutine that
+starts its loops, awaits the stop event (set by a signal or by ``watch_host``), and tears its
+pieces down in order. A failure escaping it is one ``role_failed`` line and exit 1 (the host
+restarts it with backoff and counts the exit).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from typing import Any
 
 from monotape.config import Config
 from monotape.log import configure, log_event, set_process
+from monotape.loops import run_loop
 from monotape.platform.host.spec import RoleSpec, load_config
 
 __all__ = [
@@ -106,7 +107,7 @@ def run_role(spec: RoleSpec, name: str, serve: Callable[[Config], Coroutine[Any,
         log_event("host_gone", level="warning", host_pid=spec.host_pid)
         return 1  # the host died before the parent-death signal was armed
     try:
-        return asyncio.run(serve(cfg))
+        return run_loop(serve(cfg))  # uvloop, as the one-process node
     except Exception as exc:
         log_event("role_failed", level="error", role=spec.role, error=repr(exc))
         return 1

@@ -51,7 +51,7 @@ def role_command(spec: RoleSpec) -> list[str]:
 def plan_roles(cfg: Config) -> list[RoleSpec]:
     """Every process of the host, in start order, with the fields the host fills in later
     (run_dir, ring, interest, host_pid, restarts) left empty."""
-    n = cfg.host.writers
+    n = cfg.host.writer_count
     specs = [RoleSpec(role="sequencer", name="sequencer", run_dir="", writers=n)]
     specs += [
         RoleSpec(role="writer", index=i, name=f"writer-{i}", run_dir="", writers=n)

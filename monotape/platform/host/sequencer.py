@@ -51,7 +51,8 @@ from monotape.platform.host.interest import PriorityInterest
 from monotape.platform.host.lifeline import ROLE_STOP_S, run_role, stop_on_signals, watch_host
 from monotape.platform.host.publisher import FramePublisher, seed
 from monotape.platform.host.spec import RoleSpec
-from monotape.platform.host.telemetry import serve_metrics
+from monotape.platform.host.state import RoleView, sequencer_state
+from monotape.platform.host.telemetry import RoleState, serve_metrics
 from monotape.platform.model import Tick
 from monotape.platform.node.collectors import (
     GcCollector,
@@ -191,7 +192,11 @@ class SequencerRole:
                     return 0  # stopped while NATS was still out of reach
             if self.ipc_bus is not None:
                 self.ipc_bus.listen()  # binds run_dir/bus.sock: the handlers connect to it
-            serve_metrics(self.registry, self.spec.run_dir, self.name)
+            # The same loopback port answers the host's admin API: prices, GC (host/state.py).
+            view = RoleView(self.clock, gc_monitor=self.gc_monitor, loop_lag=self.loop_lag)
+            state = RoleState(asyncio.get_running_loop())
+            sequencer_state(state, view, self.universe, self.sequencer)
+            serve_metrics(self.registry, self.spec.run_dir, self.name, state)
             if self.cfg.server.gc_freeze:
                 self.gc_monitor.freeze_after_warmup()
             for coro in (

@@ -38,13 +38,13 @@ from monotape.histograms.gc import GcMonitor
 from monotape.invariants import InvariantMonitor, NoDanglingEntries, SubscriptionCardinality
 from monotape.log import log_event
 from monotape.platform.auth import TokenVerifier, build_verifier
-from monotape.platform.core.gc_policy import FreezePolicy
 from monotape.platform.core.stamps import StageStamps
 from monotape.platform.host.interest import PriorityInterest
 from monotape.platform.host.lifeline import host_gone, run_role, watch_host
 from monotape.platform.host.ring_feed import RingFeed, RingSnapshots
 from monotape.platform.host.spec import RoleSpec
-from monotape.platform.host.telemetry import serve_metrics
+from monotape.platform.host.state import RoleView, writer_state
+from monotape.platform.host.telemetry import RoleState, serve_metrics
 from monotape.platform.node.collectors import (
     AuthCollector,
     FanoutCollector,
@@ -98,6 +98,11 @@ class RingReaderCollector(Collector):
                 m.RING_SNAPSHOTS_AHEAD,
                 "Symbols left out of a snapshot: the table only newer than the frames read.",
                 c.snapshot_ahead,
+            ),
+            (
+                m.RING_SNAPSHOTS_BUSY,
+                "Reads of a newest snapshot record that met a put in progress for 0.1 s: absent.",
+                c.snapshot_busy,
             ),
         ):
             family = CounterMetricFamily(m.counter_base(name), doc, labels=["writer"])
@@ -169,12 +174,7 @@ class WriterRole:
             before=self.server.flush_priority,
         )
         self.gc_monitor = GcMonitor(clock=self.clock)
-        self.gc_upkeep = GcUpkeep(
-            FreezePolicy(settle_s=srv.gc_refreeze_settle_s, reclaim_closed=srv.gc_reclaim_closed),
-            self.gc_monitor,
-            self.server,
-            self.clock,
-        )
+        self.gc_upkeep = GcUpkeep.for_server(srv, self.gc_monitor, self.server, self.clock)
         self.registry = CollectorRegistry()
         for collector in (
             FanoutCollector(self.server),
@@ -196,6 +196,18 @@ class WriterRole:
             self.failures, self.clock.now_ns, stopped=self._stop.is_set, on_give_up=self._give_up
         )
         self.failed = ""
+
+    def role_view(self) -> RoleView:
+        """What the node's admin handlers read of this writer (host/state.py)."""
+        return RoleView(
+            self.clock,
+            universe=universe_of(self.cfg),
+            server=self.server,
+            invariants=self.invariants,
+            gc_monitor=self.gc_monitor,
+            loop_lag=self.loop_lag,
+            hdr_dir=Path(self.cfg.data_dir) / "hdr",
+        )
 
     # -- what the server and the ring tell it ------------------------------------------------
     def _overloaded(self) -> bool:
@@ -275,11 +287,13 @@ class WriterRole:
         follower.start()
         if self.cfg.server.gc_freeze:
             log_event("gc_frozen", objects=self.gc_monitor.freeze_after_warmup())
-            self.gc_upkeep.policy.start(*self.gc_upkeep.opened_closed())
+            self.gc_upkeep.start()
         loops = self._loops()
         self.supervisor.start([f() for f in loops], loops)
-        # The port file last: the host reads it as "this writer is up".
-        self.metrics_port = serve_metrics(self.registry, self.spec.run_dir, self.name)
+        # The port file last: the host reads it as "this writer is up". The same port answers
+        # the host's admin API about this writer's terminals (host/state.py, loopback only).
+        state = writer_state(RoleState(loop), self.role_view())
+        self.metrics_port = serve_metrics(self.registry, self.spec.run_dir, self.name, state)
         log_event(
             "listening",
             ws=f"ws://{self.cfg.server.host}:{self.ws_port}/",

@@ -10,6 +10,7 @@ docs and routes cannot drift).
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -30,11 +31,21 @@ from monotape.platform.node.watchlist import (
     watchlist_mounts,
 )
 
-__all__ = ["ENDPOINTS", "PARAMETERS", "build_admin_app", "openapi_document"]
+__all__ = [
+    "ENDPOINTS",
+    "PARAMETERS",
+    "Endpoint",
+    "Param",
+    "admin_index",
+    "build_admin_app",
+    "openapi_document",
+]
 
 
-# (method, path, summary, admin only): the routes and the OpenAPI document come from this list.
-ENDPOINTS: list[tuple[str, str, str, bool]] = [
+# (method, path, summary, admin only): the routes and the OpenAPI document come from this list
+# (the host's too: host/admin.py serves the ones it answers, with the same paths).
+Endpoint = tuple[str, str, str, bool]
+ENDPOINTS: list[Endpoint] = [
     ("GET", "/healthz", "Liveness: the process answers.", False),
     ("GET", "/readyz", "Readiness: listening, feeds up (503 while starting).", False),
     ("GET", "/metrics", "Prometheus exposition.", False),
@@ -74,7 +85,7 @@ PARAMETERS: dict[str, list[Param]] = {
     "/admin/latency/timeline": [("window", "query", "string", _WINDOW + "; default 10m")],
     "/admin/plots/latency.svg": [
         ("window", "query", "string", _WINDOW + "; default 10m"),
-        ("gen", "query", "integer", "shade GC pauses of this generation and up (0-2; default 1)"),
+        ("gen", "query", "integer", "shade GC pauses of this generation and up (0-2; default 0)"),
     ],
     "/admin/connections": [("limit", "query", "integer", "rows, 0-10000 (default 100)")],
     "/admin/gc": [("recent", "query", "integer", "recent pauses, 0-10000 (default 100)")],
@@ -86,7 +97,7 @@ PARAMETERS: dict[str, list[Param]] = {
 }
 
 
-def _openapi_parameters(path: str) -> list[dict[str, Any]]:
+def _openapi_parameters(path: str, parameters: Mapping[str, list[Param]]) -> list[dict[str, Any]]:
     return [
         {
             "name": name,
@@ -95,7 +106,7 @@ def _openapi_parameters(path: str) -> list[dict[str, Any]]:
             "schema": {"type": kind},
             "description": desc,
         }
-        for name, where, kind, desc in PARAMETERS.get(path, [])
+        for name, where, kind, desc in parameters.get(path, [])
     ]
 
 
@@ -132,27 +143,7 @@ def build_admin_app(view: AdminView, watchlist: WatchlistSite | None = None) -> 
         return json_response(openapi_document())
 
     async def index(request: Request) -> Response:
-        return json_response(
-            {
-                "title": "monotape admin API",
-                "openapi": "/openapi.json",
-                "auth": "everything under /admin needs an admin token: "
-                "Authorization: Bearer $(monotape token --sub you --admin)",
-                "routes": [
-                    {
-                        "method": method,
-                        "path": path,
-                        "summary": summary,
-                        "admin": admin_only,
-                        "parameters": [
-                            {"name": n, "in": w, "type": t, "description": d}
-                            for n, w, t, d in PARAMETERS.get(path, [])
-                        ],
-                    }
-                    for method, path, summary, admin_only in ENDPOINTS
-                ],
-            }
-        )
+        return json_response(admin_index())
 
     handlers: dict[str, Handler] = {
         "/healthz": healthz,
@@ -184,10 +175,42 @@ def build_admin_app(view: AdminView, watchlist: WatchlistSite | None = None) -> 
     return Starlette(routes=routes)
 
 
-def openapi_document() -> dict[str, Any]:
-    """The OpenAPI 3 document of every route in ``ENDPOINTS``."""
+def admin_index(
+    endpoints: Sequence[Endpoint] | None = None,
+    parameters: Mapping[str, list[Param]] | None = None,
+) -> dict[str, Any]:
+    """The body of ``GET /admin/``: every route of ``endpoints`` (default ``ENDPOINTS``) with
+    its ``parameters`` (default ``PARAMETERS``); the host passes the routes it serves."""
+    params = PARAMETERS if parameters is None else parameters
+    return {
+        "title": "monotape admin API",
+        "openapi": "/openapi.json",
+        "auth": "everything under /admin needs an admin token: "
+        "Authorization: Bearer $(monotape token --sub you --admin)",
+        "routes": [
+            {
+                "method": method,
+                "path": path,
+                "summary": summary,
+                "admin": admin_only,
+                "parameters": [
+                    {"name": n, "in": w, "type": t, "description": d}
+                    for n, w, t, d in params.get(path, [])
+                ],
+            }
+            for method, path, summary, admin_only in (ENDPOINTS if endpoints is None else endpoints)
+        ],
+    }
+
+
+def openapi_document(
+    endpoints: Sequence[Endpoint] | None = None,
+    parameters: Mapping[str, list[Param]] | None = None,
+) -> dict[str, Any]:
+    """The OpenAPI 3 document of every route in ``endpoints`` (default ``ENDPOINTS``)."""
+    params = PARAMETERS if parameters is None else parameters
     paths: dict[str, Any] = {}
-    for method, path, summary, admin_only in ENDPOINTS:
+    for method, path, summary, admin_only in ENDPOINTS if endpoints is None else endpoints:
         op: dict[str, Any] = {"summary": summary, "responses": {"200": {"description": "OK"}}}
         if admin_only:
             op["security"] = [{"bearer": []}]
@@ -198,8 +221,8 @@ def openapi_document() -> dict[str, Any]:
                     "403": {"description": "A valid token without the admin claim."},
                 }
             )
-        if params := _openapi_parameters(path):
-            op["parameters"] = params
+        if declared := _openapi_parameters(path, params):
+            op["parameters"] = declared
         paths.setdefault(path, {})[method.lower()] = op
     return {
         "openapi": "3.0.3",

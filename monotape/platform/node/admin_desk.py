@@ -20,11 +20,12 @@ from monotape.platform.node.admin_params import (
     error_response,
     int_param,
     json_response,
+    pattern_param,
 )
 from monotape.platform.node.admin_view import AdminView
 from monotape.platform.node.faults import inject_dangling_entry
 
-__all__ = ["desk_handlers", "match_keys", "symbol_row"]
+__all__ = ["desk_handlers", "match_keys", "symbol_row", "tick_prices"]
 
 
 def match_keys(keys: list[str], pattern: str) -> list[str]:
@@ -40,7 +41,7 @@ def match_keys(keys: list[str], pattern: str) -> list[str]:
 
 def symbol_row(inst: Instrument, current: Any = None) -> dict[str, Any]:
     """One row of /admin/symbols (and of ``monotape symbols`` without a node): the key, its
-    parts, the price scale, and ``current`` (``_prices`` of the latest tick, or None)."""
+    parts, the price scale, and ``current`` (``tick_prices`` of the latest tick, or None)."""
     return {
         "key": inst.key,
         "venue": inst.venue,
@@ -51,7 +52,7 @@ def symbol_row(inst: Instrument, current: Any = None) -> dict[str, Any]:
     }
 
 
-def _prices(t: Tick | None, decimals: int) -> Any:
+def tick_prices(t: Tick | None, decimals: int) -> Any:
     """Prices as the wire carries them (integers scaled by 10**decimals) and as decimals."""
     if t is None:
         return None
@@ -103,7 +104,7 @@ def desk_handlers(view: AdminView) -> dict[str, Handler]:
         )
 
     async def symbols(request: Request) -> Response:
-        pattern = request.query_params.get("pattern", "")
+        pattern = pattern_param(request)
         limit = int_param(request, "limit", 100_000, 1, 100_000)
         keys = match_keys([inst.key for inst in view.universe], pattern)
         rows = []
@@ -112,7 +113,7 @@ def desk_handlers(view: AdminView) -> dict[str, Handler]:
             inst = by_iid.get(iid) if iid is not None else None
             if inst is None:
                 continue
-            current = _prices(view.sequencer.current(inst.iid), inst.price_decimals)
+            current = tick_prices(view.sequencer.current(inst.iid), inst.price_decimals)
             rows.append(symbol_row(inst, current))
         return json_response({"pattern": pattern, "count": len(keys), "symbols": rows})
 
@@ -129,8 +130,8 @@ def desk_handlers(view: AdminView) -> dict[str, Handler]:
                 "iid": iid,
                 "price_decimals": decimals,
                 "price_scale": 10**decimals,
-                "current": _prices(view.sequencer.current(iid), decimals),
-                "published": _prices(view.sequencer.published(iid), decimals),
+                "current": tick_prices(view.sequencer.current(iid), decimals),
+                "published": tick_prices(view.sequencer.published(iid), decimals),
                 "subscriber_signatures": len(view.server.index.signatures_of(iid)),
             }
         )

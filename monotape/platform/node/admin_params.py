@@ -21,6 +21,7 @@ from monotape.histograms.report import ReportArgumentError, parse_duration_ms
 from monotape.platform.auth import AuthError, TokenVerifier, token_from_request, www_authenticate
 
 __all__ = [
+    "MAX_PATTERN_CHARS",
     "MAX_WINDOW_MS",
     "BadParameter",
     "Handler",
@@ -28,11 +29,16 @@ __all__ = [
     "error_response",
     "int_param",
     "json_response",
+    "pattern_param",
     "stage_param",
     "window_ms",
 ]
 
 MAX_WINDOW_MS = 7 * 24 * 3600 * 1000  # retention's default: nothing older is on disk
+# A symbol pattern (``XNAS:*``, ``AAPL``): keys are ~20 characters; a longer glob is a mistake,
+# and on a host it would pass the role's query bound (telemetry.MAX_QUERY_BYTES) as a 400
+# from the sequencer that the host could only report as "did not answer".
+MAX_PATTERN_CHARS = 200
 
 
 class BadParameter(Exception):
@@ -77,6 +83,14 @@ def int_param(request: Request, name: str, default: int, lo: int, hi: int) -> in
     if not lo <= value <= hi:
         raise BadParameter(name, f"must be between {lo} and {hi}")
     return value
+
+
+def pattern_param(request: Request) -> str:
+    """The ``pattern`` query parameter (default: every key), at most ``MAX_PATTERN_CHARS``."""
+    pattern = request.query_params.get("pattern", "")
+    if len(pattern) > MAX_PATTERN_CHARS:
+        raise BadParameter("pattern", f"at most {MAX_PATTERN_CHARS} characters")
+    return pattern
 
 
 def admin_guard(verifier: Callable[[], TokenVerifier | None]) -> Callable[[Handler], Handler]:

@@ -117,6 +117,12 @@ class FanoutCollector(Collector):
             s.gate.failures.throttled,
         )
         yield _counter(m.GAP_SNAPSHOTS, "Snapshots sent to resolve a gap.", st.gap_snapshots)
+        pacer = s.terminals.pacer
+        yield _counter(
+            m.MAX_HZ_RETRIED,
+            "Full records a max_hz boundary owed that the snapshots lacked: sent at the next one.",
+            pacer.retried if pacer is not None else 0,
+        )
         glass = s.glass  # what terminals reported (capped at 100 each per connection)
         yield _counter(
             m.GLASS_REGRESSIONS,

@@ -32,7 +32,6 @@ from monotape.platform.auth import TokenVerifier, build_verifier
 from monotape.platform.bus.memory import InProcessBus, TickBus
 from monotape.platform.bus.nats_bus import NatsTickBus
 from monotape.platform.bus.nats_collector import NatsBusCollector
-from monotape.platform.core.gc_policy import FreezePolicy
 from monotape.platform.core.sequencer import Sequencer
 from monotape.platform.core.stamps import StageStamps
 from monotape.platform.feeds.epochs import FileEpochStore
@@ -56,6 +55,7 @@ from monotape.platform.node.collectors import (
     StageDurationCollector,
     StageLatencyCollector,
 )
+from monotape.platform.node.datadir_lock import DataDirLock, lock_data_dir
 from monotape.platform.node.endpoints import (
     Endpoints,
     ListenError,
@@ -81,6 +81,7 @@ class Node:
         self.clock: Clock = clock or SystemClock()
         self.data_dir = Path(cfg.data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._dir_lock: DataDirLock | None = None  # taken in start (datadir_lock.py)
         self.epochs = FileEpochStore(self.data_dir / "epochs")
         sources = build_sources(cfg, self.clock, self.epochs)
         self.universe: list[Instrument] = sources.universe
@@ -170,15 +171,7 @@ class Node:
         )
         # GC pauses and event-loop lag, overlaid on the latency timeline.
         self.gc_monitor = GcMonitor(clock=self.clock)
-        self.gc_upkeep = GcUpkeep(
-            FreezePolicy(
-                settle_s=cfg.server.gc_refreeze_settle_s,
-                reclaim_closed=cfg.server.gc_reclaim_closed,
-            ),
-            self.gc_monitor,
-            self.server,
-            self.clock,
-        )
+        self.gc_upkeep = GcUpkeep.for_server(cfg.server, self.gc_monitor, self.server, self.clock)
         self.registry = CollectorRegistry()
         self._register_collectors()
         # The embedded dashboards' history: the panels' metrics, sampled every second.
@@ -254,6 +247,16 @@ class Node:
         return {loop.__qualname__: loop for loop in loops}
 
     async def start(self) -> None:
+        """Take the data dir (one ``monotape run`` per data dir: ``DataDirInUse`` otherwise),
+        then start every stage; a start that fails gives the data dir back."""
+        self._dir_lock = lock_data_dir(self.data_dir)
+        try:
+            await self._start()
+        except BaseException:
+            self._dir_lock.release()
+            raise
+
+    async def _start(self) -> None:
         self.gc_monitor.install()
         if self.nats_bus is not None:
             servers = [u.strip() for u in self.cfg.nats.servers.split(",") if u.strip()]
@@ -271,7 +274,7 @@ class Node:
         srv = self.cfg.server
         if srv.gc_freeze:
             log_event("gc_frozen", objects=self.gc_monitor.freeze_after_warmup())
-            self.gc_upkeep.policy.start(*self.gc_upkeep.opened_closed())
+            self.gc_upkeep.start()
         loops = [
             self.loop_lag.run(),
             self.pipeline.pump_loop(),
@@ -371,6 +374,8 @@ class Node:
         self.gc_monitor.uninstall()
         if self.cfg.server.gc_freeze:
             gc.unfreeze()  # a node inside a test process must not leave its objects frozen
+        if self._dir_lock is not None:
+            self._dir_lock.release()  # last: the data dir is free once its files are written
         # The node's own accounting, next to which the interval logs must add up exactly.
         log_event(
             "stopped",

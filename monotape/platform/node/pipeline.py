@@ -10,7 +10,6 @@ down. The supervisor (``supervisor.py``) starts these loops again if one dies an
 from __future__ import annotations
 
 import asyncio
-import gc
 import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
@@ -18,7 +17,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from monotape.clock import Clock
-from monotape.config import FeedConfig
+from monotape.config import FeedConfig, ServerConfig
 from monotape.histograms.gc import GcMonitor
 from monotape.log import log_event
 from monotape.platform.bus.memory import TickBus
@@ -113,9 +112,10 @@ class Pipeline:
     def frame(self, boundary: int) -> None:
         """One frame: pump what is due, take the frame at ``boundary``, encode it, fan it out."""
         self.pump()
-        published = self.server.publish_frame(self.sequencer.take_frame(boundary))
+        frame = self.sequencer.take_frame(boundary)
+        published = self.server.publish_frame(frame)
         offset = self.clock.wall_ns() - self.clock.now_ns()
-        self.framed_ticks += self.stamps.framed(boundary, published, offset)
+        self.framed_ticks += self.stamps.framed(boundary, published, offset, len(frame.records))
         # the frame's direct writes, then late ones out of slow terminals' rings (writer.py)
         self.stamps.written(
             np.asarray(self.server.write_latencies_ns, dtype=np.int64),
@@ -179,6 +179,27 @@ class GcUpkeep:
         self._server = server
         self._clock = clock
 
+    @classmethod
+    def for_server(
+        cls, srv: ServerConfig, monitor: GcMonitor, server: FanoutServer, clock: Clock
+    ) -> GcUpkeep:
+        """The policy as ``server.gc_*`` configures it (node and writer alike)."""
+        policy = FreezePolicy(
+            settle_s=srv.gc_refreeze_settle_s,
+            reclaim_closed=srv.gc_reclaim_closed,
+            refreeze_opened=srv.gc_refreeze_opened,
+            refreeze_every_s=srv.gc_refreeze_every_s,
+            pause_budget_ms=srv.gc_pause_budget_ms,
+            min_lifetime_s=srv.gc_min_lifetime_s,
+            reclaim_forced_closed=srv.gc_reclaim_forced_closed,
+        )
+        return cls(policy, monitor, server, clock)
+
+    def start(self) -> None:
+        """After the warm-up freeze: the counts so far are frozen."""
+        self.monitor.take_gen2_peak_ms()  # the warm-up collection is no steady-state pause
+        self.policy.start(*self.opened_closed(), now_s=self._clock.now_ns() / 1e9)
+
     def opened_closed(self) -> tuple[int, int]:
         stats = self._server.stats
         return stats.connections_total, sum(stats.disconnects.values())
@@ -186,19 +207,35 @@ class GcUpkeep:
     async def run(self) -> None:
         while True:
             await asyncio.sleep(1.0)
-            action = self.policy.decide(self._clock.now_ns() / 1e9, *self.opened_closed())
-            if action is FreezeAction.FREEZE:
-                frozen = self.monitor.refreeze()
-                log_event("gc_refrozen", frozen_objects=frozen)
-            elif action is FreezeAction.RECLAIM:
-                t0 = time.perf_counter()
-                freed = self.monitor.reclaim()
-                log_event(
-                    "gc_reclaimed",
-                    freed=freed,
-                    pause_ms=round((time.perf_counter() - t0) * 1e3, 2),
-                    frozen_objects=gc.get_freeze_count(),
-                )
+            self.step()
+
+    def step(self) -> FreezeAction:
+        """One decision, acted on."""
+        opened, closed = self.opened_closed()
+        peak_ms = self.monitor.take_gen2_peak_ms()
+        action = self.policy.decide(self._clock.now_ns() / 1e9, opened, closed, peak_ms)
+        if action is FreezeAction.FREEZE:
+            t0 = time.perf_counter()
+            frozen = self.monitor.refreeze()
+            log_event(
+                "gc_refrozen",
+                level="debug",
+                frozen_objects=frozen,
+                pause_ms=round((time.perf_counter() - t0) * 1e3, 2),
+                gen2_pause_ms=round(peak_ms, 2),
+            )
+        elif action is FreezeAction.RECLAIM:
+            t0 = time.perf_counter()
+            freed = self.monitor.reclaim()
+            log_event(
+                "gc_reclaimed",
+                freed=freed,
+                pause_ms=round((time.perf_counter() - t0) * 1e3, 2),
+                frozen_objects=self.monitor.frozen_now,
+            )
+        if action is not FreezeAction.NONE:
+            self.monitor.take_gen2_peak_ms()  # our own collection is not a budget overrun
+        return action
 
 
 def _by_venue(handlers: Sequence[FeedHandler]) -> dict[str, list[FeedHandler]]:

@@ -14,8 +14,9 @@ reason (``send_error_reason``), after the loop.
 A frame's payloads take ``send_frame``: per signature the connection objects are kept in a
 tuple (rebuilt only when the index's connection set for it is another one: the planner hands
 the index's own frozenset, replaced on every subscribe, unsubscribe and teardown; a max_hz rate
-group's set, a fresh copy at each boundary, is kept apart under its signature and members, so
-the boundaries rebuild neither it nor the 25 Hz tuple of the same signature), and one
+group's set, the index's ``RateGroup`` kept until the group changes, is kept apart under its
+signature and members, so the boundaries rebuild neither it nor the 25 Hz tuple of the same
+signature), and one
 ``send_group`` call per payload does the eligibility test, the sends and the counters in C
 (server/sendmany.py), so a payload that every terminal took costs O(1) Python, not
 O(terminals); only the exceptions (not eligible, partial, EAGAIN, an errno) come back here.
@@ -189,12 +190,14 @@ class SendLoop:
         transport). The terminals that are not eligible take ``send``'s per-terminal path."""
         groups = self._groups
         key: _GroupKey
-        if isinstance(conn_ids, frozenset):  # the index's own set: replaced on every change
+        if type(conn_ids) is frozenset:  # the index's own set: replaced on every change
             key = sig
             entry = groups.get(key)
             stale = entry is None or (entry[0] is not conn_ids and entry[0] != conn_ids)
-        else:  # a rate group's copy, new at each boundary: its members are the key, so it
-            key = (sig, frozenset(conn_ids))  # neither evicts the 25 Hz tuple nor is rebuilt
+        else:  # a rate group's (a RateGroup, the same until it changes, hashed once; or a
+            # one-off set): its members are the key, so it neither evicts the 25 Hz tuple nor
+            # is rebuilt at each boundary
+            key = (sig, conn_ids if isinstance(conn_ids, frozenset) else frozenset(conn_ids))
             entry = groups.get(key)
             stale = entry is None
         if entry is None or stale:
