@@ -2,8 +2,9 @@
 
 The command line (``commands/flags.run_loop``) and every role process of a host
 (``platform/host/lifeline.run_role``) run on it, so a writer process moves bytes on the same loop
-as the one-process node, and a feed process's ~1,700 loop passes a second at the default rate
-cost uvloop's pass, not the stdlib loop's several-times-dearer one (docs/processes.md).
+as the one-process node, and a feed process, which passes through its loop for every venue
+batch and every due tick, pays uvloop's pass, not the stdlib loop's dearer one
+(docs/processes.md, "Process tree").
 """
 
 from __future__ import annotations

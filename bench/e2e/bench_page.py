@@ -50,6 +50,7 @@ CHROMIUM = "/usr/bin/chromium"  # the flags are the browser tests' (monotape/tes
 RATE_FULL, RATE_QUICK = 60_000, 30_000
 READY_TIMEOUT_MS = 60_000
 BENCH = "watchlist page frame time"
+MAIN_THREAD = ("TaskDuration", "ScriptDuration", "LayoutDuration", "RecalcStyleDuration")
 
 # Runs before the page's own scripts: rAF intervals and long animation frames, from when asked.
 MEASURE = """
@@ -93,7 +94,15 @@ def p99(values: list[float]) -> float:
     return ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
 
 
-async def _measure(page: Any, symbols: int, seconds: float) -> dict[str, Any]:
+async def _main_thread_s(cdp: Any) -> dict[str, float]:
+    """Chromium's cumulative main-thread times (CDP ``Performance.getMetrics``), in seconds:
+    ``TaskDuration`` (all its tasks: script, style, layout, paint), ``ScriptDuration``,
+    ``LayoutDuration``, ``RecalcStyleDuration``."""
+    got = await cdp.send("Performance.getMetrics")
+    return {m["name"]: float(m["value"]) for m in got["metrics"] if m["name"] in MAIN_THREAD}
+
+
+async def _measure(page: Any, cdp: Any, symbols: int, seconds: float) -> dict[str, Any]:
     """Wait for every line to hold a price, warm up, then record for ``seconds``."""
     await page.wait_for_function(
         """(n) => window.watchlist && watchlist.client.view.quotes.size >= n""",
@@ -104,7 +113,9 @@ async def _measure(page: Any, symbols: int, seconds: float) -> dict[str, Any]:
     frames0 = await page.evaluate("() => watchlist.client.view.stats.frames")
     rendered0 = await page.evaluate("() => watchlist.client.view.stats.rendered")
     await page.evaluate("() => { __frames.deltas = []; __frames.long = []; __frames.on = true; }")
+    busy0 = await _main_thread_s(cdp)
     await page.wait_for_timeout(int(seconds * 1000))
+    busy1 = await _main_thread_s(cdp)
     got: dict[str, Any] = json.loads(
         await page.evaluate(
             "() => { __frames.on = false; return JSON.stringify({deltas: __frames.deltas,"
@@ -116,12 +127,19 @@ async def _measure(page: Any, symbols: int, seconds: float) -> dict[str, Any]:
     )
     got["frames"] -= frames0
     got["rendered"] -= rendered0
+    got["busy_ms_s"] = {k: (busy1[k] - busy0.get(k, 0.0)) * 1000 / seconds for k in busy1}
     return got
 
 
-async def _one(browser: Any, node: RunningNode, variant: str, symbols: int, seconds: float) -> Any:
+async def _one(
+    browser: Any, node: RunningNode, variant: str, symbols: int, seconds: float, slowdown: float
+) -> Any:
     base = node.admin_url
     page = await browser.new_page(viewport={"width": 1280, "height": 900})
+    cdp = await page.context.new_cdp_session(page)
+    await cdp.send("Performance.enable")
+    if slowdown > 1:  # a trader's slower machine: DevTools' CPU throttling, same for both pages
+        await cdp.send("Emulation.setCPUThrottlingRate", {"rate": slowdown})
     # A node at 60,000 ticks/s on a shared 2-core machine can take longer than Playwright's
     # 30 s default to serve the page and its modules: wait as long as for the first prices.
     page.set_default_timeout(READY_TIMEOUT_MS)
@@ -147,12 +165,14 @@ async def _one(browser: Any, node: RunningNode, variant: str, symbols: int, seco
                 ".slice(0, n).map(i => i.key))",
                 symbols,
             )
-        return await _measure(page, symbols, seconds)
+        return await _measure(page, cdp, symbols, seconds)
     finally:
         await page.close()
 
 
-async def _runs(node: RunningNode, symbols: int, seconds: float, repeats: int) -> dict[str, Any]:
+async def _runs(
+    node: RunningNode, symbols: int, seconds: float, repeats: int, slowdown: float
+) -> dict[str, Any]:
     from playwright.async_api import async_playwright
 
     out: dict[str, list[dict[str, Any]]] = {"watchlist": [], "naive": []}
@@ -162,14 +182,18 @@ async def _runs(node: RunningNode, symbols: int, seconds: float, repeats: int) -
         try:
             for _ in range(repeats):
                 for variant in ("watchlist", "naive"):
-                    out[variant].append(await _one(browser, node, variant, symbols, seconds))
+                    got = await _one(browser, node, variant, symbols, seconds, slowdown)
+                    out[variant].append(got)
         finally:
             await browser.close()
     return out
 
 
-def _rows(symbols: int, seconds: float, got: dict[str, list[dict[str, Any]]]) -> list[Row]:
-    bench = f"{BENCH} @ {symbols} symbols, 25 Hz"
+def _rows(
+    symbols: int, seconds: float, got: dict[str, list[dict[str, Any]]], slowdown: float = 1.0
+) -> list[Row]:
+    cpu = f", CPU {slowdown:g}x slower" if slowdown > 1 else ""
+    bench = f"{BENCH} @ {symbols} symbols, 25 Hz{cpu}"
     p99s = {v: [p99(r["deltas"]) for r in runs] for v, runs in got.items()}
     med = {v: statistics.median(xs) for v, xs in p99s.items()}
     rows: list[Row] = []
@@ -199,12 +223,37 @@ def _rows(symbols: int, seconds: float, got: dict[str, list[dict[str, Any]]]) ->
                 note=note,
             )
         )
+        busy = [r["busy_ms_s"] for r in runs if r.get("busy_ms_s")]
+        if busy:
+            task, t_lo, t_hi = median_min_max([b.get("TaskDuration", 0.0) for b in busy])
+            script_ms = statistics.median(b.get("ScriptDuration", 0.0) for b in busy)
+            layout_ms = statistics.median(
+                b.get("LayoutDuration", 0.0) + b.get("RecalcStyleDuration", 0.0) for b in busy
+            )
+            naive_busy = statistics.median(
+                r["busy_ms_s"].get("TaskDuration", 0.0) for r in got["naive"] if r.get("busy_ms_s")
+            )
+            rows.append(
+                row(
+                    f"{BENCH}: main thread busy @ {symbols} symbols{cpu}",
+                    variant,
+                    task,
+                    "ms/s",
+                    lo=t_lo,
+                    hi=t_hi,
+                    ratio=1.0 if is_peer else (task / naive_busy if naive_busy else None),
+                    peer="" if is_peer else "naive",
+                    note=f"Chromium's main-thread task time per second (CDP Performance."
+                    f"getMetrics TaskDuration): script {script_ms:.0f}, style + layout "
+                    f"{layout_ms:.0f} ms/s",
+                )
+            )
         if not any(r["noLoaf"] for r in runs):
             per_min = statistics.median(len(r["long"]) * 60 / seconds for r in runs)
             script = statistics.median(sum(e["script"] for e in r["long"]) / seconds for r in runs)
             rows.append(
                 Row(
-                    f"{BENCH}: long animation frames @ {symbols} symbols",
+                    f"{BENCH}: long animation frames @ {symbols} symbols{cpu}",
                     variant,
                     per_min,
                     "/min",
@@ -222,6 +271,7 @@ def run(
     seconds: float | None = None,
     repeats: int | None = None,
     rate: int | None = None,
+    slowdown: float = 1.0,
 ) -> list[Row]:
     bench = f"{BENCH} @ {symbols} symbols, 25 Hz"
     reason = skipped_reason()
@@ -237,18 +287,24 @@ def run(
         None, "--rate", str(rate), env={"MONOTAPE_SERVER__ADMISSION_MAX_LAG_MS": "0"}, writers=0
     )  # the page against the one-process node, as its figures in docs/benchmarks.md were
     try:
-        got = asyncio.run(_runs(node, symbols, seconds, repeats))
+        got = asyncio.run(_runs(node, symbols, seconds, repeats, slowdown))
     finally:
         node.stop()
-    return _rows(symbols, seconds, got)
+    return _rows(symbols, seconds, got, slowdown)
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true")
     p.add_argument("--symbols", type=int, default=200)
+    p.add_argument(
+        "--cpu-slowdown",
+        type=float,
+        default=1.0,
+        help="DevTools CPU throttling for both pages (4: a slower trader's machine; default 1)",
+    )
     args = p.parse_args(argv)
-    print_rows(run(args.quick, symbols=args.symbols))
+    print_rows(run(args.quick, symbols=args.symbols, slowdown=args.cpu_slowdown))
     return 0
 
 

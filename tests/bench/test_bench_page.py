@@ -34,6 +34,10 @@ def test_page_bench_smoke() -> None:
         assert "frames/s" in r.note and "GUARD REGRESSIONS" not in r.note, r
     ours = next(r for r in frame if r.variant.startswith("watchlist"))
     assert ours.peer == "naive (DOM per message)"
+    busy = [r for r in rows if r.unit == "ms/s"]  # main-thread time from Chromium's own metrics
+    assert {r.variant for r in busy} == {"watchlist", "naive"}
+    for r in busy:
+        assert r.value is not None and r.value > 0 and "script" in r.note, r
     for r in rows:
         if r.unit == "/min":  # long animation frames: none at all is a fine answer
             assert r.value is not None and r.value >= 0, r
