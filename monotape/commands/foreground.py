@@ -46,7 +46,11 @@ DEFAULT_DATA_DIR: Final = ".monotape"
 
 
 def _say(text: str) -> None:
-    print(text, flush=True)
+    """One line on stdout. A console that is gone (a closed pipe: the launcher died, `| head`
+    ended) must never stop the stop: the line is dropped, the signal's work goes on (a
+    BrokenPipeError here left a SIGTERMed node running, seen after a bench was killed)."""
+    with contextlib.suppress(OSError):
+        print(text, flush=True)
 
 
 def banner(node: Node, cfg: Config, fallback: str | None = None) -> str:

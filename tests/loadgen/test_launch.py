@@ -3,9 +3,13 @@ with a deadline, and (e2e) one real node with free ports, its own data dir and w
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 import urllib.error
 from pathlib import Path
 
@@ -116,3 +120,50 @@ def test_a_real_node_free_ports_own_data_dir_tokens_and_metrics() -> None:
     assert code == 0, "".join(node.tail)
     assert not data_dir.exists()  # the temporary data dir goes with the node
     assert any("terminals" in line and "ws://127.0.0.1:" in line for line in node.output)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie (exited, not yet reaped by its new parent) is gone for our purpose
+    with contextlib.suppress(OSError):
+        if Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1].startswith("Z"):
+            return False
+    return True
+
+
+@pytest.mark.e2e
+def test_a_node_stops_when_its_launcher_is_killed(tmp_path: Path) -> None:
+    """A bench or test killed mid-run (kill -9, no finally) must not leave its node running:
+    the launched ``monotape run`` gets SIGTERM from the kernel when the launcher dies."""
+    script = (
+        "import sys, time\n"
+        "from monotape.loadgen.launch import launch\n"
+        "node = launch(sys.argv[1], '--single-process', '--rate', '1000')\n"
+        "print(node.proc.pid, flush=True)\n"
+        "time.sleep(300)\n"
+    )
+    launcher = subprocess.Popen(
+        [sys.executable, "-c", script, str(tmp_path / "data")],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert launcher.stdout is not None
+        line = launcher.stdout.readline()
+        assert line.strip().isdigit(), line
+        node_pid = int(line)
+        assert _alive(node_pid)
+        launcher.kill()
+        launcher.wait(10)
+        deadline = time.monotonic() + 60  # SIGTERM: the node drains, then exits
+        while _alive(node_pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not _alive(node_pid), "the node outlived its launcher"
+    finally:
+        launcher.kill()
+        with contextlib.suppress(ProcessLookupError, UnboundLocalError):
+            if _alive(node_pid):
+                os.kill(node_pid, signal.SIGKILL)
