@@ -77,7 +77,7 @@ RunningServer = RunningNode
 # about it (they set it back explicitly). CI may share the box; a test must not fail for that.
 NO_LAG_SHEDDING = {"MONOTAPE_SERVER__ADMISSION_MAX_LAG_MS": "0"}
 
-# How long a node may take to say where it listens. A host starts 16 processes in stages, each
+# How long a node may take to say where it listens. A host starts its processes in stages, each
 # once the ones before have published their metrics port: on a box far busier than its cores
 # (load ~35 on 2) that took over the launcher's default 30 s. Only a node that never starts
 # waits this long.
@@ -86,14 +86,14 @@ STARTUP_S = 90.0
 
 def start_server(data_dir: Path, *args: str, env: dict[str, str] | None = None) -> RunningServer:
     # Which process model the e2e tests run. The product's default (no flag: a host with a
-    # writer process per core, 16 processes here) runs in tests/e2e/test_host_views.py, one
+    # writer process per core, 6 processes here) runs in tests/e2e/test_host_views.py, one
     # module-scoped host shared by the cheap product-level checks (the banner, `monotape tape`
     # and `monotape symbols` as a person runs them, the views, the watchlist); the host's
     # own behaviour is in tests/e2e/test_host*.py (--writers N) and the soak's in
     # tests/loadgen/test_soak_host.py. The tests that start a node here are about the
     # one-process node (its drain, its faults, its handlers' restarts), or about a client
     # that does not care which model serves it: they pin --single-process unless they chose,
-    # since a host per test is 16 processes starting on 2 shared cores (minutes across the
+    # since a host per test is 6 processes starting on 2 shared cores (a minute across the
     # suite) for no more coverage.
     chosen = any(a == "--single-process" or a.startswith("--writers") for a in args)
     model = () if chosen else ("--single-process",)

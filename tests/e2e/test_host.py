@@ -184,7 +184,7 @@ def test_a_role_killed_with_sigkill_comes_back_and_its_reason_is_counted(
     after = host.rows()
     assert after["writer-1"]["restarts"] == 1
     assert after["writer-1"]["last_reason"] == "SIGKILL"
-    for name in ("sequencer", "writer-0", "handler-XNAS-A", "venue"):
+    for name in ("sequencer", "writer-0", "handler-A", "venue"):
         assert after[name]["pid"] == before[name]["pid"], f"{name} was restarted too"
     samples = scrape(host.admin_url, timeout_s=10)
     restarts = m.PROCESS_RESTARTS

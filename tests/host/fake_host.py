@@ -27,9 +27,7 @@ def fake_specs(writers: int) -> list[RoleSpec]:
         RoleSpec(role="writer", index=i, name=f"writer-{i}", run_dir="", writers=writers)
         for i in range(writers)
     ]
-    specs.append(
-        RoleSpec(role="handler", name="handler-XNAS-A", run_dir="", venue="XNAS", handler="A")
-    )
+    specs.append(RoleSpec(role="handler", name="handler-A", run_dir="", handler="A"))
     specs.append(RoleSpec(role="venue", name="venue", run_dir="", writers=writers))
     return specs
 

@@ -9,6 +9,7 @@ import shutil
 import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -16,7 +17,9 @@ from monotape.clock import FakeClock
 from monotape.config import Config
 from monotape.platform.bus.link import Drop, LinkCounters, LinkReceiver
 from monotape.platform.feeds.epochs import FileEpochStore
-from monotape.platform.host.handler import EPOCH_CHECK_NS, HandlerRole, _serve, feed_path
+from monotape.platform.host.feed_group import FeedGroup
+from monotape.platform.host.handler import _serve, find_plans
+from monotape.platform.host.handler_role import EPOCH_CHECK_NS, HandlerRole, feed_path
 from monotape.platform.host.spec import RoleSpec
 from monotape.platform.host.venue import VenueRole
 from monotape.platform.model import Tick
@@ -203,3 +206,103 @@ def test_a_handler_the_host_did_not_plan_exits_2_saying_so(
     said = [x for x in lines if x["event"] == "handler_not_planned"]
     assert len(said) == 1 and said[0]["venue"] == venue and said[0]["level"] == "error"
     assert (said[0]["planned"] == []) is replay  # a replay plans no handler at all
+
+
+async def test_one_process_runs_every_venues_a_handler_as_one_batch_per_wake(
+    run_dir: Path,
+) -> None:
+    """The A side of the host: both venues' A handlers in one FeedGroup, one gate, one bus.
+    A pump publishes what every handler has due as one batch; the timer is for the earliest
+    head of them; a handler that fails is counted and the other venue still publishes."""
+    cfg = _cfg(run_dir)
+    clock = FakeClock()
+    venue = VenueRole(_spec(run_dir, "venue"), cfg, clock)
+    plans = find_plans(cfg, "", "A")
+    assert [p.venue for p in plans] == sorted({p.venue for p in handler_plans(cfg)})
+    assert len(plans) == 2 and {p.name for p in plans} == {"A"}
+    bus = Batches()
+    spec = _spec(run_dir, "handler", "", "A")
+    roles = [HandlerRole(spec, cfg, p, bus, clock) for p in plans]
+    group = FeedGroup(roles, bus, clock)
+    receivers = [LinkReceiver(feed_path(run_dir, r.plan.key), r.feed, r.on_feed) for r in roles]
+    for r in receivers:
+        r.open()
+    try:
+        group.start()
+        assert group.next_due_ns() is None  # nothing heard yet: no timer to set
+        for _ in range(50):
+            clock.advance_ms(1)
+            venue.step()
+        sent = {p.venue: venue.feeds[p.venue][0].counters.sent_items for p in plans}
+        assert all(n > 0 for n in sent.values())
+        await until(
+            lambda: all(r.feed.received_items == sent[r.plan.venue] for r in roles),
+            "each A handler heard its venue",
+        )
+        heads = [r.handler.next_due_ns for r in roles]
+        assert group.next_due_ns() == min(h for h in heads if h is not None)
+        clock.advance_ms(20)  # past every A lag (0-1 ms)
+        assert group.pump() == sum(sent.values())
+        assert len(bus.batches) == 1  # one publish for both venues
+        assert {t.venue for t in bus.batches[0]} == {p.venue for p in plans}
+        assert {t.handler for t in bus.batches[0]} == {"A"}
+        assert group.published == sum(sent.values()) and group.next_due_ns() is None
+
+        def broken() -> list[Tick]:
+            raise RuntimeError("a bad venue")
+
+        roles[0].due = broken  # type: ignore[method-assign]
+        for _ in range(20):
+            clock.advance_ms(1)
+            venue.step()
+        await until(lambda: roles[1].handler.next_due_ns is not None, "the other venue heard")
+        clock.advance_ms(20)
+        assert group.pump() > 0  # the other venue published
+        assert {t.venue for t in bus.batches[-1]} == {plans[1].venue}
+        assert group.failures.counts == {"pump": 1}
+    finally:
+        for r in receivers:
+            r.close()
+        venue.close()
+
+
+class Batches(Bus):
+    def __init__(self) -> None:
+        super().__init__()
+        self.batches: list[list[Tick]] = []
+
+    def publish(self, ticks: Sequence[Tick]) -> None:
+        super().publish(ticks)
+        self.batches.append(list(ticks))
+
+
+async def test_a_handler_whose_step_keeps_raising_does_not_spin_the_process(
+    run_dir: Path,
+) -> None:
+    """Its head stays due, so the timer is armed at once after every pump: at least 1 ms, or
+    the process would spin on it and starve the other venues of its side."""
+    cfg = _cfg(run_dir)
+    clock = FakeClock()
+    plans = find_plans(cfg, "", "A")
+    roles = [HandlerRole(_spec(run_dir, "handler", "", "A"), cfg, p, Bus(), clock) for p in plans]
+    group = FeedGroup(roles, Bus(), clock)
+    group.start()
+    pumps = 0
+
+    def broken() -> list[Tick]:
+        nonlocal pumps
+        pumps += 1
+        raise RuntimeError("a bad venue")
+
+    roles[0].due = broken  # type: ignore[method-assign]
+    # its delay line's head overdue, as a step that raises before draining leaves it
+    roles[0].handler = SimpleNamespace(  # type: ignore[assignment]
+        next_due_ns=clock.now_ns() - 1, stop=lambda: None
+    )
+    stop = asyncio.Event()
+    runner = asyncio.create_task(group.run([], stop))
+    await asyncio.sleep(0.2)
+    stop.set()
+    await runner
+    assert 1 <= pumps <= 250  # ~1 ms apart; a 0 ms timer pumps tens of thousands of times
+    assert group.failures.counts["pump"] == pumps

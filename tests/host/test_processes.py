@@ -16,6 +16,7 @@ import pytest
 
 from monotape.cli import main
 from monotape.config import ConfigError, load_config
+from monotape.platform.host.handler import find_plans, role_name
 from monotape.platform.host.processes import (
     RUN_PREFIX,
     plan_roles,
@@ -25,17 +26,32 @@ from monotape.platform.host.processes import (
 )
 from monotape.platform.host.spec import RoleSpec
 from monotape.platform.host.supervisor import START_ORDER
+from monotape.platform.node.sources import handler_plans
 
 
-def test_the_plan_is_a_sequencer_n_writers_two_handlers_per_venue_and_the_venue() -> None:
-    specs = plan_roles(load_config(overrides={"host.writers": 3}))
+def test_the_plan_is_a_sequencer_n_writers_two_feed_processes_and_the_venue() -> None:
+    cfg = load_config(overrides={"host.writers": 3})
+    specs = plan_roles(cfg)
     names = [s.name for s in specs]
     assert names[:4] == ["sequencer", "writer-0", "writer-1", "writer-2"]
     assert names[-1] == "venue"
     handlers = [s for s in specs if s.role == "handler"]
-    assert len(handlers) == 12  # the simulator's 6 venues, A and B each
-    assert {(s.venue, s.handler) for s in handlers} >= {("XNAS", "A"), ("XNAS", "B")}
-    assert "handler-XNAS-A" in names
+    assert [(s.name, s.venue, s.handler) for s in handlers] == [
+        ("handler-A", "", "A"),
+        ("handler-B", "", "B"),
+    ]
+    # every handler of the config runs in exactly one process, and a venue's twins never in
+    # the same one
+    runs = {p.key: s.name for s in handlers for p in find_plans(cfg, s.venue, s.handler)}
+    assert sorted(runs) == sorted(p.key for p in handler_plans(cfg))
+    assert len(runs) == 12  # the simulator's 6 venues, A and B each
+    for plan in handler_plans(cfg):
+        twin = "B" if plan.name == "A" else "A"
+        assert runs[plan.key] != runs[f"{plan.venue}-{twin}"]
+    assert [role_name(s) for s in handlers] == ["handler-A", "handler-B"]
+    assert role_name(RoleSpec(role="handler", run_dir="", venue="XNAS", handler="B")) == (
+        "handler-XNAS-B"
+    )
     assert [s.index for s in specs if s.role == "writer"] == [0, 1, 2]
     # in start order, every name once
     assert [START_ORDER.index(s.role) for s in specs] == sorted(

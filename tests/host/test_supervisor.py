@@ -23,8 +23,8 @@ ROLES = [
     ("sequencer", "sequencer"),
     ("writer-0", "writer"),
     ("writer-1", "writer"),
-    ("handler-XNAS-A", "handler"),
-    ("handler-XNAS-B", "handler"),
+    ("handler-A", "handler"),
+    ("handler-B", "handler"),
     ("venue", "venue"),
 ]
 
@@ -134,8 +134,8 @@ def test_stages_start_in_order_each_once_the_ones_before_are_ready() -> None:
     t.mark_ready("writer-0")
     assert t.due(3) == []  # one writer not ready yet holds the handlers back
     t.mark_ready("writer-1")
-    assert t.due(4) == ["handler-XNAS-A", "handler-XNAS-B"]
-    for n in ("handler-XNAS-A", "handler-XNAS-B"):
+    assert t.due(4) == ["handler-A", "handler-B"]
+    for n in ("handler-A", "handler-B"):
         t.started(n, 4, 4, 0)
         t.mark_ready(n)
     assert t.due(5) == ["venue"]
@@ -161,7 +161,7 @@ def test_stop_runs_the_stages_in_reverse_and_nothing_starts_again() -> None:
     assert [role for role, _ in stages] == list(reversed(START_ORDER))
     assert stages == [
         ("venue", ["venue"]),
-        ("handler", ["handler-XNAS-A", "handler-XNAS-B"]),
+        ("handler", ["handler-A", "handler-B"]),
         ("writer", ["writer-0"]),  # writer-1 is not running: nothing to stop, never restarted
         ("sequencer", ["sequencer"]),
     ]

@@ -93,7 +93,7 @@ def test_stop_returns_the_exit_code_of_a_node_that_stops_on_sigint(tmp_path: Pat
 @pytest.mark.e2e
 def test_a_real_node_free_ports_own_data_dir_tokens_and_metrics() -> None:
     # The launcher's own contract (free ports, its data dir, tokens): the one-process node
-    # starts in a second where the default host's 16 processes take tens on busy cores.
+    # starts in a second where the default host's processes take several on busy cores.
     node = launch(
         None,
         "--single-process",

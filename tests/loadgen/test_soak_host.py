@@ -18,7 +18,7 @@ from monotape.loadgen.soak_verdict import NO_TRIPS_ANSWER, SoakVerdict, judge
 
 MB = 1024 * 1024
 WRITERS = ("writer-0", "writer-1")
-OTHERS = ("sequencer", "handler-XNAS-A", "handler-XNAS-B", "venue")
+OTHERS = ("sequencer", "handler-A", "handler-B", "venue")
 INDEXES = ("connections", "conn_subscriptions", "signature_members")
 INVARIANTS = ("no_dangling_entries", "subscription_cardinality")
 
@@ -215,9 +215,9 @@ def test_a_restarted_or_down_process_fails_the_processes_check() -> None:
     v = host_verdict(host_sample(200, served=500, restarts={"writer-1 SIGKILL": 1}))
     assert failed(v) == ["processes"]
     assert "restarted: writer-1 SIGKILL x1" in v.check("processes").detail
-    v = host_verdict(host_sample(200, served=500, down=("handler-XNAS-B",)))
+    v = host_verdict(host_sample(200, served=500, down=("handler-B",)))
     assert failed(v) == ["processes"]
-    assert "down at the end: handler-XNAS-B" in v.check("processes").detail
+    assert "down at the end: handler-B" in v.check("processes").detail
 
 
 def test_a_writer_that_served_no_terminal_was_not_soaked() -> None:
@@ -248,7 +248,7 @@ def test_a_writer_missing_from_the_final_scrape_is_never_judged_empty() -> None:
 async def test_compressed_soak_against_two_writers_passes_the_same_verdict(
     tmp_path: Path,
 ) -> None:
-    # Shorter than the one-process soak (25 s of churn, ~3,000 sessions): the host starts 16
+    # Shorter than the one-process soak (25 s of churn, ~3,000 sessions): the host starts 6
     # processes on a shared 2-core machine, and make test must stay short. The same churn
     # shape and bounds; a leak of a task, an fd or an index entry per session fails at any
     # length (each process is judged against its own baseline).

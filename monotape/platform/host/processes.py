@@ -57,19 +57,20 @@ def plan_roles(cfg: Config) -> list[RoleSpec]:
         RoleSpec(role="writer", index=i, name=f"writer-{i}", run_dir="", writers=n)
         for i in range(n)
     ]
-    # Two per venue, as the one-process node builds them (node/sources.py); none for a replay,
-    # whose ticks go from the venue process straight to the bus.
+    # Two feed processes: every venue's A handler in one, every venue's B handler in the
+    # other (host/handler.py says why), built as the one-process node builds its handlers
+    # (node/sources.py); none for a replay, whose ticks go from the venue process to the bus.
+    sides = sorted({plan.name for plan in handler_plans(cfg)})
     specs += [
         RoleSpec(
             role="handler",
             index=i,
-            name=f"handler-{plan.key}",
+            name=f"handler-{side}",
             run_dir="",
             writers=n,
-            venue=plan.venue,
-            handler=plan.name,  # "A"/"B": the {venue,handler} metric labels
+            handler=side,  # "A"/"B"; venue empty: every venue's (the {venue,handler} labels)
         )
-        for i, plan in enumerate(handler_plans(cfg))
+        for i, side in enumerate(sides)
     ]
     specs.append(RoleSpec(role="venue", name="venue", run_dir="", writers=n))
     return specs

@@ -21,7 +21,7 @@ ROLES = ("venue", "handler", "sequencer", "writer")
 
 class RoleSpec(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     role: str  # one of ROLES
-    index: int = 0  # writer 0..N-1; handler: its index among all handlers
+    index: int = 0  # writer 0..N-1; handler: 0 for the A side, 1 for B
     name: str = ""  # the process's name in logs and the ``process`` label: "writer-0"
     run_dir: str  # private directory of this host run (sockets, port files, config.json)
     ring: str = ""  # the frame ring's /dev/shm segment name (created by the host)
@@ -29,8 +29,8 @@ class RoleSpec(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     writers: int = 0  # how many writer processes the host runs
     host_pid: int = 0  # the host process: a role whose host is gone exits by itself
     restarts: int = 0  # how many times the host restarted this role before (0: first start)
-    venue: str = ""  # handler role: its venue
-    handler: str = ""  # handler role: its handler name (e.g. "XNAS-a")
+    venue: str = ""  # handler role: its one venue; empty (as the host plans it): every venue
+    handler: str = ""  # handler role: which of each venue's two handlers, "A" or "B"
 
     def encode(self) -> str:
         return msgspec.json.encode(self).decode()

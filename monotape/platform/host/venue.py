@@ -40,7 +40,8 @@ from monotape.platform.bus.nats_collector import NatsBusCollector
 from monotape.platform.feeds.epochs import MemoryEpochStore
 from monotape.platform.feeds.venue_wire import VenueBatchCodec, per_venue
 from monotape.platform.host.buses import role_bus
-from monotape.platform.host.handler import exit_now, feed_path
+from monotape.platform.host.handler import exit_now
+from monotape.platform.host.handler_role import feed_path
 from monotape.platform.host.lifeline import ROLE_STOP_S, run_role, stop_on_signals, watch_host
 from monotape.platform.host.spec import RoleSpec
 from monotape.platform.host.telemetry import serve_metrics
