@@ -6,8 +6,8 @@ STAMP := $(VENV)/.installed
 
 .PHONY: run test test-fast lint typecheck unit bench clean
 
-# setup.py and the C source too: pip rebuilds the native send loop in place (issue 13).
-$(STAMP): pyproject.toml setup.py monotape/platform/server/_sendmany.c
+# setup.py and the C sources too: pip rebuilds the native extensions in place (issues 12, 13).
+$(STAMP): pyproject.toml setup.py monotape/platform/server/_sendmany.c monotape/platform/core/_fields.c
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'
@@ -43,25 +43,27 @@ bench: $(STAMP)
 soak: $(STAMP)
 	HOURS="$(HOURS)" RATE="$(RATE)" $(PY) -m monotape.loadgen.soak $(ARGS)
 
-# The native send loop's tests against an AddressSanitizer + UndefinedBehaviorSanitizer build
-# of it, compiled in a scratch dir (the venv's own build is untouched). The interpreter is not
-# instrumented, so libasan is preloaded; PYTHONMALLOC=malloc puts Python's objects (the payloads)
-# under ASan's allocator; detect_leaks=0 because CPython keeps its own objects until exit.
+# The native extensions' tests (send loop, field read) against an AddressSanitizer +
+# UndefinedBehaviorSanitizer build of each, compiled in a scratch dir (the venv's own build is
+# untouched). The interpreter is not instrumented, so libasan is preloaded; PYTHONMALLOC=malloc
+# puts Python's objects (the payloads) under ASan's allocator; detect_leaks=0 because CPython keeps its own objects until exit.
 # --capture=sys leaves file descriptor 2 alone, so a sanitizer's report reaches the terminal.
 SANITIZE_DIR := build/native-sanitize
 .PHONY: native-sanitize
+SANITIZE_CC = $(CC) -shared -fPIC -g -O1 -fno-omit-frame-pointer -fsanitize=address,undefined \
+  -fno-sanitize-recover=all -Wall -Wextra -Werror \
+  -I"$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["include"])')"
+SANITIZE_RUN = LD_PRELOAD="$$($(CC) -print-file-name=libasan.so)" PYTHONMALLOC=malloc \
+  ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:abort_on_error=1
+SANITIZE_PYTEST = $(VENV)/bin/pytest -q -p no:cacheprovider --capture=sys
 native-sanitize: $(STAMP)
 	rm -rf $(SANITIZE_DIR) && mkdir -p $(SANITIZE_DIR)
-	$(CC) -shared -fPIC -g -O1 -fno-omit-frame-pointer -fsanitize=address,undefined \
-	  -fno-sanitize-recover=all -Wall -Wextra -Werror \
-	  -I"$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["include"])')" \
-	  monotape/platform/server/_sendmany.c -o $(SANITIZE_DIR)/_sendmany.so
-	LD_PRELOAD="$$($(CC) -print-file-name=libasan.so)" PYTHONMALLOC=malloc \
-	  ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 \
-	  UBSAN_OPTIONS=print_stacktrace=1:abort_on_error=1 \
-	  SENDMANY_SANITIZED_BUILD=$(SANITIZE_DIR)/_sendmany.so \
-	  $(VENV)/bin/pytest -q -p no:cacheprovider --capture=sys tests/server/test_sendmany.py \
-	  tests/server/test_sendmany_group.py
+	$(SANITIZE_CC) monotape/platform/server/_sendmany.c -o $(SANITIZE_DIR)/_sendmany.so
+	$(SANITIZE_RUN) SENDMANY_SANITIZED_BUILD=$(SANITIZE_DIR)/_sendmany.so \
+	  $(SANITIZE_PYTEST) tests/server/test_sendmany.py tests/server/test_sendmany_group.py
+	$(SANITIZE_CC) monotape/platform/core/_fields.c -o $(SANITIZE_DIR)/_fields.so
+	$(SANITIZE_RUN) FIELDS_SANITIZED_BUILD=$(SANITIZE_DIR)/_fields.so \
+	  $(SANITIZE_PYTEST) tests/core/test_fields.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

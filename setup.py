@@ -1,8 +1,8 @@
-"""The native send loop (monotape/platform/server/_sendmany.c); everything else is in
-pyproject.toml.
+"""The native extensions: the send loop (monotape/platform/server/_sendmany.c) and the stage
+recorder's field read (monotape/platform/core/_fields.c); everything else is in pyproject.toml.
 
-The extension is optional so that a machine without a C compiler still installs and runs the
-pure-Python fallback (monotape.platform.server.sendmany). Under CI=true a failed build fails
+Each extension is optional so that a machine without a C compiler still installs and runs the
+pure-Python fallbacks (monotape.platform.server.sendmany, monotape.platform.core.fields). Under CI=true a failed build fails
 the install instead: otherwise CI would quietly compare Python with Python.
 """
 
@@ -35,6 +35,12 @@ setup(
             sources=["monotape/platform/server/_sendmany.c"],
             extra_compile_args=["-Wall", "-Wextra", "-Werror"],
             optional=not STRICT,
-        )
+        ),
+        Extension(
+            "monotape.platform.core._fields",
+            sources=["monotape/platform/core/_fields.c"],
+            extra_compile_args=["-Wall", "-Wextra", "-Werror"],
+            optional=not STRICT,
+        ),
     ],
 )

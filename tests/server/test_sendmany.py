@@ -11,7 +11,6 @@ from __future__ import annotations
 import array
 import collections
 import errno
-import importlib.util
 import itertools
 import os
 import random
@@ -37,6 +36,7 @@ from monotape.platform.server.sendmany import (
     python_send_many,
     remainder,
 )
+from tests.sanitized import load_sanitized
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 SANITIZED_BUILD = os.environ.get("SENDMANY_SANITIZED_BUILD", "")
@@ -46,12 +46,7 @@ VANISHED = {errno.EPIPE, errno.ECONNRESET}
 
 def _native() -> SendMany | None:
     if SANITIZED_BUILD:
-        spec = importlib.util.spec_from_file_location("sanitized._sendmany", SANITIZED_BUILD)
-        assert spec is not None and spec.loader is not None, SANITIZED_BUILD
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        assert module.SANITIZED is True, "the sanitizer run must load the instrumented build"
-        fn: SendMany = module.send_many
+        fn: SendMany = load_sanitized("sanitized._sendmany", SANITIZED_BUILD).send_many
         return fn
     return sendmany.choose(True) if sendmany.NATIVE else None
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import errno
 import gc
-import importlib.util
 import random
 import sys
 import weakref
@@ -24,6 +23,7 @@ from hypothesis import strategies as st
 
 from monotape.platform.server import sendmany
 from monotape.platform.server.sendmany import NOT_ELIGIBLE, SendGroup, group_via, python_send_many
+from tests.sanitized import load_sanitized
 from tests.server.test_sendmany import (
     IN_CI,
     SANITIZED_BUILD,
@@ -42,12 +42,7 @@ INELIGIBLE = ("closing", "not_open", "behind", "no_fd", "queued", "transport_clo
 
 def _native_group() -> SendGroup | None:
     if SANITIZED_BUILD:
-        spec = importlib.util.spec_from_file_location("sanitized_g._sendmany", SANITIZED_BUILD)
-        assert spec is not None and spec.loader is not None, SANITIZED_BUILD
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        assert module.SANITIZED is True, "the sanitizer run must load the instrumented build"
-        fn: SendGroup = module.send_group
+        fn: SendGroup = load_sanitized("sanitized_g._sendmany", SANITIZED_BUILD).send_group
         return fn
     if not sendmany.NATIVE:
         return None

@@ -55,6 +55,7 @@ import numpy as np
 import numpy.typing as npt
 
 from monotape.histograms import Interval, Recorders
+from monotape.platform.core.fields import int64_field
 from monotape.platform.model import Tick
 
 __all__ = ["StageStamps"]
@@ -63,6 +64,7 @@ IntArray = npt.NDArray[np.int64]
 
 _EMPTY: IntArray = np.empty(0, dtype=np.int64)
 _EMPTY.setflags(write=False)  # shared by every empty frame: never written to
+_VENUE_TS = Tick.__dict__["venue_ts_ns"]  # the member descriptor int64_field reads
 _IID_SPACE = 65_536  # wire ids are uint16 (docs/wire.md): one flag per instrument
 
 
@@ -70,8 +72,9 @@ class StageStamps:
     """Stamps per batch, records per frame, as runs: struct of arrays, not attributes per tick.
 
     A batch is stamped whole, while it is at hand: the one field that differs per tick is
-    copied out of a delivered batch (the venue's timestamp, for decode: one list comprehension
-    per batch, one int64 conversion per frame), and the stamps a batch shares (a handler's
+    copied out of a delivered batch (the venue's timestamp, for decode: one native pass per
+    batch into int64s, ``core/fields.int64_field``; a comprehension and numpy's conversion
+    were most of recording's cost), and the stamps a batch shares (a handler's
     drain has one decoded time, a lane call one admitted time) are read once and kept as a run
     ``(stamp, ticks)``. An admitted batch is kept as it is (the lane holds those ticks anyway).
     Once per 40 ms frame the runs become int64 arrays, and the stages whose values a run shares
@@ -102,11 +105,12 @@ class StageStamps:
         self._priority = recorders["priority"]
         self._tick_to_write = recorders["tick_to_write"]
         # Since the last frame, flat (one extend per batch): the venue timestamps of delivered
-        # ticks and their runs (decoded, ticks); the admitted batches and their runs (admitted,
-        # decoded, ticks). A delivered batch is copied out, not kept: a list kept until the frame
-        # is a container the cyclic GC traverses, again and again (MEASURED: keeping them cost
-        # more in list_traverse than one comprehension per frame saved).
-        self._venue_ts: list[int] = []
+        # ticks (int64 bytes, no GC container) and their runs (decoded, ticks); the admitted
+        # batches and their runs (admitted, decoded, ticks). A delivered batch is copied out,
+        # not kept: a list kept until the frame is a container the cyclic GC traverses, again
+        # and again (MEASURED: keeping them cost more in list_traverse than one comprehension
+        # per frame saved).
+        self._venue_ts: list[bytes] = []  # per batch: its ticks' venue stamps as int64s
         self._decoded_runs: list[int] = []
         self._admitted: list[Sequence[Tick]] = []  # read for their instruments only if written
         self._admitted_runs: list[int] = []
@@ -123,7 +127,7 @@ class StageStamps:
         n = len(ticks)
         if not n:
             return
-        self._venue_ts += [t.venue_ts_ns for t in ticks]
+        self._venue_ts.append(int64_field(ticks, _VENUE_TS))  # one C pass (core/fields.py)
         at = ticks[0].decoded_ns
         if ticks[-1].decoded_ns == at:
             self._decoded_runs += (at, n)
@@ -151,7 +155,9 @@ class StageStamps:
             runs = np.array(self._decoded_runs, dtype=np.int64).reshape(-1, 2)
             # decoded_ns is monotonic; the venue stamps wall time: one offset per frame joins them
             decoded = np.repeat(runs[:, 0] + wall_offset_ns, runs[:, 1])
-            decoded -= np.fromiter(venue_ts, np.int64, count=len(venue_ts))
+            decoded -= np.frombuffer(
+                venue_ts[0] if len(venue_ts) == 1 else b"".join(venue_ts), np.int64
+            )
             self._decode.add_ns(decoded)
             venue_ts.clear()
             self._decoded_runs.clear()
