@@ -41,10 +41,9 @@ from monotape.platform.bus.link import LinkReceiver
 from monotape.platform.bus.nats_bus import NatsTickBus
 from monotape.platform.bus.nats_collector import NatsBusCollector
 from monotape.platform.feeds.simulator import build_universe
-from monotape.platform.feeds.validate import TickGate
 from monotape.platform.host.buses import role_bus
 from monotape.platform.host.feed_group import FeedGroup
-from monotape.platform.host.handler_role import HandlerRole, feed_path
+from monotape.platform.host.handler_role import HandlerRole, feed_path, process_gate
 from monotape.platform.host.lifeline import ROLE_STOP_S, run_role, stop_on_signals, watch_host
 from monotape.platform.host.spec import RoleSpec
 from monotape.platform.host.state import RoleView, handler_state
@@ -97,8 +96,7 @@ async def _serve(spec: RoleSpec, cfg: Config) -> int:
     watcher = asyncio.create_task(watch_host(spec.host_pid, stop))
     clock = SystemClock()
     bus = _bus(cfg, spec, clock)
-    sim = cfg.simulator
-    gate = TickGate(build_universe(sim.venues, sim.instruments, sim.seed), clock.now_ns)
+    gate = process_gate(cfg, clock)
     group = FeedGroup([HandlerRole(spec, cfg, p, bus, clock, gate) for p in plans], bus, clock)
     registry = CollectorRegistry()
     for collector in group.collectors():

@@ -36,9 +36,16 @@ from monotape.platform.host.spec import RoleSpec
 from monotape.platform.model import Tick
 from monotape.platform.node.sources import HandlerPlan, build_handler
 
-__all__ = ["EPOCH_CHECK_NS", "HandlerRole", "feed_path", "first_of_venue"]
+__all__ = ["EPOCH_CHECK_NS", "HandlerRole", "feed_path", "first_of_venue", "process_gate"]
 
 EPOCH_CHECK_NS = 10_000_000  # a twin's bump is seen within 10 ms (the fence is 250 ms)
+
+
+def process_gate(cfg: Config, clock: Clock) -> TickGate:
+    """The tick gate of a feed process: one for all its handlers (the node's handlers share one
+    too), so its counters are the process's ingest refusals, by venue."""
+    sim = cfg.simulator
+    return TickGate(build_universe(sim.venues, sim.instruments, sim.seed), clock.now_ns)
 
 
 def feed_path(run_dir: str | Path, key: str) -> Path:
@@ -85,16 +92,9 @@ class HandlerRole:
         gate: TickGate | None = None,
     ) -> None:
         self.spec = spec
-        self.cfg = cfg
         self.plan = plan
-        self.name = spec.name or f"handler-{plan.key}"
         self.clock: Clock = clock or SystemClock()
-        sim = cfg.simulator
-        # One gate per process (the node's handlers share one too): its counters are the
-        # process's ingest refusals, by venue.
-        self.gate = gate or TickGate(
-            build_universe(sim.venues, sim.instruments, sim.seed), self.clock.now_ns
-        )
+        self.gate = gate or process_gate(cfg, self.clock)  # the process's (``process_gate``)
         self.epochs = FileEpochStore(Path(cfg.data_dir) / "epochs")
         self.handler = build_handler(plan, cfg, self.epochs, self.clock, self.gate)
         self.bus = bus
