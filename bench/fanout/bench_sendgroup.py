@@ -39,13 +39,23 @@ PAYLOAD = b"\x82\x76" + bytes(118)  # a 120-byte framed payload, the bench's siz
 class Conn:
     """The attributes ``send_group`` reads, slotted like server/connection.py's ``Connection``."""
 
-    __slots__ = ("bytes_sent", "closing", "conn_id", "fd", "frames_sent", "protocol", "transport")
+    __slots__ = (
+        "bytes_sent",
+        "closing",
+        "conn_id",
+        "fd",
+        "frames_sent",
+        "protocol",
+        "protocol_state",
+        "transport",
+    )
 
     def __init__(self, conn_id: int, transport: Any) -> None:
         self.conn_id = conn_id
         self.transport = transport
         self.protocol = ServerProtocol()
         self.protocol.state = State.OPEN
+        self.protocol_state = State.OPEN  # the mirror TerminalProtocol keeps on a Connection
         self.fd = transport.get_extra_info("socket").fileno()
         self.closing = False
         self.frames_sent = 0

@@ -21,6 +21,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar, cast
 
 import pytest
+from websockets.protocol import State
 
 from monotape.clock import SystemClock
 from monotape.config import ServerConfig
@@ -31,7 +32,7 @@ from monotape.platform.server import sendmany
 from monotape.platform.server.endpoint import FanoutServer
 from monotape.platform.wire import codec
 from monotape.platform.wire.requests import SetPriority, Subscribe, encode_request
-from tests.conftest import until
+from tests.conftest import server_frames, until
 
 T = TypeVar("T")
 
@@ -539,6 +540,47 @@ def test_vanished_terminals_are_torn_down_with_a_named_reason(loop_name: str) ->
     _need_native()
     disconnects = _run(loop_name, _vanish_run)
     assert disconnects == {"connection_lost": 3}  # as the transport path names them
+
+
+async def _close_run() -> tuple[list[bool], list[int]]:
+    """A terminal sends a close frame; frames are published in the same turn of the loop as the
+    server's protocol leaves OPEN, before the server's teardown has run: the native pass reads
+    the protocol's state from the connection's mirror, so the mirror must already say so."""
+    desk = Desk(True)
+    await desk.start()
+    term = await connect(desk.port)
+    await until(lambda: len(desk.server.connections) == 1, "connected")
+    conn = desk.server.connections[max(desk.server.connections)]
+    term.send(encode_request(Subscribe(req=1, keys=desk.keys[:40])))
+    await answered(term, 1)
+    for _ in range(3):
+        desk.step()
+        await asyncio.sleep(0)
+    mirrored = [conn.protocol_state is State.OPEN and conn.protocol.state is State.OPEN]
+    assert term.transport is not None
+    term.transport.write(bytes((0x88, 0x82)) + b"\0\0\0\0" + struct.pack("!H", 1000))
+    deadline = asyncio.get_running_loop().time() + 20.0
+    while conn.protocol.state is State.OPEN:
+        assert asyncio.get_running_loop().time() < deadline, "the close frame never arrived"
+        await asyncio.sleep(0)
+    mirrored.append(conn.protocol_state is conn.protocol.state)
+    for _ in range(3):
+        desk.step()  # nothing more may reach the terminal after the close frame
+    mirrored.append(not conn.closing)  # published before the teardown: the mirror was the guard
+    await until(lambda: term.lost, "the server closed the connection")
+    mirrored.append(conn.protocol_state is conn.protocol.state)
+    await desk.server.stop()
+    return mirrored, [op for op, _ in server_frames(bytes(term.data))]
+
+
+@pytest.mark.parametrize("loop_name", LOOPS)
+def test_no_frame_follows_the_close_frame_of_a_terminal_that_closed(loop_name: str) -> None:
+    _need_native()
+    mirrored, opcodes = _run(loop_name, _close_run)
+    assert mirrored == [True, True, True, True]
+    assert 0x8 in opcodes, opcodes
+    assert opcodes[opcodes.index(0x8) :] == [0x8], "a frame after the close frame"
+    assert opcodes.count(0x2) >= 4  # the ack and the frames before the close
 
 
 def test_a_send_errno_names_its_reason() -> None:

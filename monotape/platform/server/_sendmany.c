@@ -264,7 +264,8 @@ done:
 
 /* send_group: the writer's frame path (server/sendloop.py). Per connection object, with the GIL:
    is it eligible for a send behind its transport's back (the same test as the Python loop:
-   conn.closing is False, conn.protocol.state is OPEN, conn.conn_id not in behind, conn.fd >= 0,
+   conn.closing is False, the protocol's state is OPEN (conn.protocol_state, its mirror; None:
+   conn.protocol.state), conn.conn_id not in behind, conn.fd >= 0,
    transport.get_write_buffer_size() == 0, not transport.is_closing())? Then, GIL released, one
    non-blocking send per eligible socket; then, with the GIL, frames_sent += 1 and
    bytes_sent += len(payload) on each connection the kernel took bytes from or that would
@@ -278,7 +279,8 @@ done:
    own Python edits can neither free one under us nor point the count-back at another. Only the
    exceptions come back, so a group where every terminal took the bytes costs Python nothing
    per terminal: (i, 0, -1) not eligible (Python takes its ordered path), else as send_many. */
-static PyObject *s_closing, *s_protocol, *s_state, *s_private_state, *s_conn_id, *s_fd;
+static PyObject *s_closing, *s_protocol_state, *s_protocol, *s_state, *s_private_state;
+static PyObject *s_conn_id, *s_fd;
 static PyObject *s_transport;
 static PyObject *s_get_write_buffer_size, *s_is_closing, *s_frames_sent, *s_bytes_sent, *s_one;
 static PyObject *s_minus_one, *s_abort;
@@ -322,7 +324,17 @@ restore_error(saved_error e)
    map is keyed by the type (held) and its version tag, which any change to the type or its bases
    (a class attribute set, a descriptor added) replaces, so a changed type is looked up afresh.
    An empty slot (AttributeError) and any other object take the generic path. */
-enum { F_CLOSING, F_PROTOCOL, F_CONN_ID, F_FD, F_TRANSPORT, F_FRAMES_SENT, F_BYTES_SENT, F_COUNT };
+enum {
+    F_CLOSING,
+    F_PROTOCOL_STATE,
+    F_PROTOCOL,
+    F_CONN_ID,
+    F_FD,
+    F_TRANSPORT,
+    F_FRAMES_SENT,
+    F_BYTES_SENT,
+    F_COUNT
+};
 
 typedef struct {
     PyTypeObject *type; /* strong reference; NULL: none mapped yet */
@@ -332,7 +344,8 @@ typedef struct {
 
 static slot_map the_map;
 static PyObject **field_names[F_COUNT] = {
-    &s_closing, &s_protocol, &s_conn_id, &s_fd, &s_transport, &s_frames_sent, &s_bytes_sent,
+    &s_closing,   &s_protocol_state, &s_protocol,    &s_conn_id,
+    &s_fd,        &s_transport,      &s_frames_sent, &s_bytes_sent,
 };
 
 /* The map for conn's type, or NULL when it does not qualify (no exception either way). */
@@ -418,6 +431,25 @@ set_field(PyObject *conn, const slot_map *m, int f, PyObject *value)
     return r;
 }
 
+/* conn.protocol.state as a new reference, or NULL with an exception set. websockets'
+   Protocol.state is a property returning self._state: read the attribute (~20 ns) rather than
+   call the property (~150 ns); another protocol object without it is asked for its state. */
+static PyObject *
+protocol_state(PyObject *conn, const slot_map *m)
+{
+    PyObject *protocol = get_field(conn, m, F_PROTOCOL);
+    if (protocol == NULL) {
+        return NULL;
+    }
+    PyObject *v = PyObject_GetAttr(protocol, s_private_state);
+    if (v == NULL && PyErr_ExceptionMatches(PyExc_AttributeError)) {
+        PyErr_Clear();
+        v = PyObject_GetAttr(protocol, s_state);
+    }
+    Py_DECREF(protocol);
+    return v;
+}
+
 /* 1: eligible (its fd in *fd), 0: not, -1: an exception (set). */
 static int
 eligible(PyObject *conn, const slot_map *m, PyObject *behind, PyObject *open_state, int *fd)
@@ -431,21 +463,25 @@ eligible(PyObject *conn, const slot_map *m, PyObject *behind, PyObject *open_sta
     if (bad) {
         return 0;
     }
-    PyObject *protocol = get_field(conn, m, F_PROTOCOL);
-    if (protocol == NULL) {
-        return -1;
-    }
-    /* websockets' Protocol.state is a property returning self._state: read the attribute
-       (~20 ns) rather than call the property (~150 ns); another protocol object without it
-       is asked for its state. */
-    v = PyObject_GetAttr(protocol, s_private_state);
-    if (v == NULL && PyErr_ExceptionMatches(PyExc_AttributeError)) {
-        PyErr_Clear();
-        v = PyObject_GetAttr(protocol, s_state);
-    }
-    Py_DECREF(protocol);
+    /* The protocol's state as the connection mirrors it (TerminalProtocol's setter keeps
+       conn.protocol_state on every change): a read of the object we hold. Reading it from the
+       protocol instead meant its object, its dict and the dict's keys, all cold by the time a
+       frame reaches the connection: ~9% of a 4,200-terminal server's CPU (perf, bench_fanout,
+       2026-12-02). None, or no such attribute (another object), asks the protocol. */
+    v = get_field(conn, m, F_PROTOCOL_STATE);
     if (v == NULL) {
-        return -1;
+        if (!PyErr_ExceptionMatches(PyExc_AttributeError)) {
+            return -1;
+        }
+        PyErr_Clear();
+    } else if (v == Py_None) {
+        Py_CLEAR(v);
+    }
+    if (v == NULL) {
+        v = protocol_state(conn, m);
+        if (v == NULL) {
+            return -1;
+        }
     }
     bad = v != open_state;
     Py_DECREF(v);
@@ -565,9 +601,10 @@ cut(PyObject *conn)
 
 /* Each connection's objects are cold by the time a frame reaches it (the kernel's send path in
    between evicts them), so the pass waits on memory per attribute. Ask for them ahead: the
-   connection PREFETCH_FAR items on, and the protocol and transport of the one PREFETCH_NEAR
-   on (its slots asked for earlier, so reading them no longer waits). Only a hint: a wrong
-   address costs nothing but the hint, and items of another type are skipped. */
+   connection PREFETCH_FAR items on, and the fd's int and the transport of the one PREFETCH_NEAR
+   on (its slots asked for earlier, so reading them no longer waits). The protocol is not read
+   at all while its state is mirrored on the connection. Only a hint: a wrong address costs
+   nothing but the hint, and items of another type are skipped. */
 #define PREFETCH_FAR 8
 #define PREFETCH_NEAR 4
 #if defined(__GNUC__) || defined(__clang__)
@@ -587,11 +624,10 @@ prefetch_ahead(PyObject *seq, Py_ssize_t i, Py_ssize_t n, const slot_map *m)
     if (i + PREFETCH_NEAR < n) {
         PyObject *near = PySequence_Fast_GET_ITEM(seq, i + PREFETCH_NEAR);
         if (Py_TYPE(near) == m->type) {
-            PyObject *protocol = *slot_of(m, near, F_PROTOCOL);
+            PyObject *fd = *slot_of(m, near, F_FD); /* an int object of its own past 256 */
             PyObject *transport = *slot_of(m, near, F_TRANSPORT);
-            if (protocol != NULL) {
-                PREFETCH(protocol);
-                PREFETCH((const char *)protocol - 32); /* its dict's pointers sit before it */
+            if (fd != NULL) {
+                PREFETCH(fd);
             }
             if (transport != NULL) {
                 PREFETCH(transport);
@@ -780,7 +816,8 @@ done:
 PyDoc_STRVAR(send_group_doc,
 "send_group(payload, conns, behind, open_state, /)\n--\n\n"
 "The writer's frame path: payload to every connection of conns that may be written behind\n"
-"its transport's back (not closing, protocol state is open_state, conn_id not in behind,\n"
+"its transport's back (not closing, protocol state is open_state: protocol_state, or when\n"
+"that is None or absent protocol.state; conn_id not in behind,\n"
 "fd >= 0, transport buffer empty, transport not closing), one non-blocking send each, GIL\n"
 "released; frames_sent and bytes_sent counted on each written or handed-off connection.\n"
 "Return None when all took all, else a list of (index, sent, errno): errno -1 not eligible,\n"
@@ -811,6 +848,7 @@ sendmany_exec(PyObject *module)
         const char *name;
     } names[] = {
         {&s_closing, "closing"},
+        {&s_protocol_state, "protocol_state"},
         {&s_protocol, "protocol"},
         {&s_state, "state"},
         {&s_private_state, "_state"},

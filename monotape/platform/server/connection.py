@@ -26,6 +26,7 @@ from websockets.protocol import State
 from monotape.platform.core.disconnect import Disconnect
 from monotape.platform.core.outbox import Outbox
 from monotape.platform.core.session import Session
+from monotape.platform.server.control import TerminalProtocol
 
 __all__ = ["MAX_CONTROL_QUEUED", "Connection", "WriteFailed"]
 
@@ -52,6 +53,7 @@ class Connection:
         "outbox",
         "peer",
         "protocol",
+        "protocol_state",
         "session",
         "transport",
         "ws",
@@ -71,7 +73,15 @@ class Connection:
         self.conn_id = conn_id
         self.ws = ws
         self.transport: asyncio.Transport = ws.transport
-        self.protocol = ws.protocol  # the Sans-I/O state machine: its state says if we may write
+        self.protocol = protocol = ws.protocol  # the Sans-I/O state machine: may we write?
+        # Its state, kept here by TerminalProtocol's setter on every change, for the native
+        # writer (one read of this object instead of the protocol's dict per frame, measured at
+        # ~6% of a 4,200-terminal server's CPU). None: a protocol that does not mirror (a
+        # test's), whose readers ask the protocol itself.
+        self.protocol_state: State | None = None
+        if isinstance(protocol, TerminalProtocol):
+            protocol.mirror = self
+            self.protocol_state = protocol.state
         sock = self.transport.get_extra_info("socket")
         if sock is not None and so_sndbuf > 0:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, so_sndbuf)

@@ -27,7 +27,7 @@ from typing import Any, Final, cast
 
 from websockets.asyncio.server import Server, ServerConnection
 from websockets.frames import PING, PONG, CloseCode, Frame
-from websockets.protocol import State
+from websockets.protocol import Protocol, State
 from websockets.server import ServerProtocol
 
 from monotape.platform.core.budget import ControlBudget, ControlLimits, Overrun
@@ -40,6 +40,8 @@ __all__ = [
     "close_reason_with_hint",
 ]
 
+# websockets' own state property (its setter logs the change in debug mode)
+_PROTOCOL_STATE: Final = cast(property, Protocol.__dict__["state"])
 _CLOSE_REASON_MAX: Final = 123  # RFC 6455 §5.5: a control frame's payload is at most 125 bytes
 
 
@@ -61,6 +63,23 @@ class TerminalProtocol(ServerProtocol):
     budget: ControlBudget | None = None  # armed once the connection is served
     clock_ns: Callable[[], int] | None = None
     overrun: Overrun | None = None
+    # The object whose ``protocol_state`` follows this protocol's state (server/connection.py:
+    # the native writer reads it there, on the connection it already holds, instead of
+    # reaching into this cold object and its dict for every frame).
+    mirror: Any = None
+
+    @property
+    def state(self) -> State:
+        return self._state
+
+    @state.setter
+    def state(self, state: State) -> None:
+        # Every state change of websockets' Protocol goes through this setter (it never assigns
+        # ``_state`` elsewhere), so the mirror cannot miss one.
+        _PROTOCOL_STATE.__set__(self, state)
+        mirror = self.mirror
+        if mirror is not None:
+            mirror.protocol_state = state
 
     def recv_frame(self, frame: Frame) -> None:
         if frame.opcode is PING or frame.opcode is PONG:

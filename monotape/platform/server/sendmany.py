@@ -23,8 +23,9 @@ Every descriptor is validated (``TypeError``, ``ValueError`` for a negative one,
 
 ``send_group(payload, conns, behind, open_state)`` is the writer's frame path over connection
 objects (server/sendloop.py): per connection the eligibility test of the Python loop (not
-closing, protocol state ``open_state``, ``conn_id`` not in ``behind``, ``fd >= 0``, transport
-buffer empty and not closing) runs in C, then one send per eligible socket, then
+closing, protocol state ``open_state``, read from the connection's ``protocol_state`` mirror
+when it has one, ``conn_id`` not in ``behind``, ``fd >= 0``, transport buffer empty and not
+closing) runs in C, then one send per eligible socket, then
 ``frames_sent``/``bytes_sent`` are counted on every connection written or handed off (a partial
 or EAGAIN: its rest goes to the transport), so only the exceptions reach Python:
 ``(i, 0, NOT_ELIGIBLE)`` (the ordered Python path), else as ``send_many``, indexed by connection.
@@ -211,9 +212,10 @@ def group_via(send_many: SendMany) -> SendGroup:
         held: list[Any] = []  # the connections sent to, whatever a setter does to conns
         for i, conn in enumerate(conns):
             transport = conn.transport
+            state = getattr(conn, "protocol_state", None)  # the mirror, as the C reads it
             if (
                 conn.closing is not False
-                or conn.protocol.state is not open_state
+                or (conn.protocol.state if state is None else state) is not open_state
                 or conn.conn_id in behind
                 or conn.fd < 0
                 or transport.get_write_buffer_size()
