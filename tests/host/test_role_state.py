@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import stat
 import threading
+import time
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -171,3 +172,79 @@ def test_a_closed_loop_answers_503_without_a_traceback() -> None:
     worker.start()
     worker.join(60)
     assert got and got[0][0] == 503
+
+
+async def _raw(port: int, key: str, deadline: str) -> tuple[int, bytes]:
+    """A POST /action/drain with the host's secret and ``deadline`` as the deadline header."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(
+        f"POST /action/drain HTTP/1.0\r\n{telemetry.SECRET_HEADER}: {key}\r\n"
+        f"{telemetry.DEADLINE_HEADER}: {deadline}\r\nContent-Length: 0\r\n\r\n".encode()
+    )
+    data = await reader.read()
+    writer.close()
+    head, _, body = data.partition(b"\r\n\r\n")
+    return int(head.split()[1]), body
+
+
+async def test_a_question_past_its_deadline_or_with_a_bad_one_does_not_run(tmp_path: Path) -> None:
+    state = RoleState(asyncio.get_running_loop())
+    drained: list[int] = []
+
+    async def drain(params: Mapping[str, str]) -> tuple[int, bytes]:
+        drained.append(1)
+        return 202, b"{}"
+
+    state.actions["drain"] = drain
+    write_secret(tmp_path)
+    key = _secret(tmp_path)
+    port = await asyncio.to_thread(serve_metrics, CollectorRegistry(), tmp_path, "w", state)
+    past = time.monotonic_ns() - 1
+    status, body = await _raw(port, key, str(past))
+    assert status == 504 and b"deadline" in body and drained == []
+    for bad in ("soon", "-5", "1e9", "9" * 21, ""):
+        status, body = await _raw(port, key, bad)
+        assert status == 400 and telemetry.DEADLINE_HEADER.encode() in body, bad
+    assert drained == []
+    status, _ = await _raw(port, key, str(time.monotonic_ns() + 60 * 10**9))
+    assert status == 202 and drained == [1]
+    assert (await ask_role(port, "POST", "/action/drain", 10, key))[0] == 202  # sends its own
+    assert drained == [1, 1]
+
+
+async def test_an_action_the_host_gave_up_on_does_not_run_when_the_role_resumes(
+    tmp_path: Path,
+) -> None:
+    """The role's loop is held (a stopped role) while the host asks for a drain with a short
+    wait; the host gives up. When the loop runs again, the drain must not happen: the host may
+    already have undone it (a resume that found nothing to resume)."""
+    loop = asyncio.new_event_loop()
+    runner = threading.Thread(target=loop.run_forever, daemon=True)
+    runner.start()
+    try:
+        state = RoleState(loop)
+        drained: list[int] = []
+
+        async def drain(params: Mapping[str, str]) -> tuple[int, bytes]:
+            drained.append(1)
+            return 202, b"{}"
+
+        state.actions["drain"] = drain
+        write_secret(tmp_path)
+        key = _secret(tmp_path)
+        port = await asyncio.to_thread(serve_metrics, CollectorRegistry(), tmp_path, "w", state)
+        held = threading.Event()
+        loop.call_soon_threadsafe(held.wait, 30.0)  # the role's loop stops turning
+        with pytest.raises(TimeoutError):
+            await ask_role(port, "POST", "/action/drain", 0.5, key)
+        held.set()  # it turns again: the queued question reaches the loop past its deadline
+        done = asyncio.run_coroutine_threadsafe(asyncio.sleep(0), loop)
+        await asyncio.wrap_future(done)
+        await asyncio.sleep(0.2)
+        assert drained == []
+        assert (await ask_role(port, "POST", "/action/drain", 10, key))[0] == 202
+        assert drained == [1]
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        runner.join(10)
+        loop.close()

@@ -40,6 +40,7 @@ from monotape.platform.host.admin_merge import (
 from monotape.platform.host.aggregate import loopback_request, read_port
 from monotape.platform.host.supervisor import ProcessTable, SlotState
 from monotape.platform.host.telemetry import (
+    DEADLINE_HEADER,
     MAX_STATE_BYTES,
     SECRET_HEADER,
     STATE_TIMEOUT_S,
@@ -85,9 +86,11 @@ async def ask_role(
     """One request to a role's loopback port, with the host's ``secret``; (status, JSON
     object). Raises OSError, TimeoutError or ValueError (no HTTP answer, too large, not a JSON
     object)."""
-    status, body = await loopback_request(
-        port, method, path, timeout_s, MAX_STATE_BYTES, {SECRET_HEADER: secret}
-    )
+    # The role answers 504 without running it once this has passed (host/telemetry.py): a
+    # question that waited out a stopped role must not act after the host gave up on it.
+    deadline_ns = time.monotonic_ns() + int(timeout_s * 1e9)
+    headers = {SECRET_HEADER: secret, DEADLINE_HEADER: str(deadline_ns)}
+    status, body = await loopback_request(port, method, path, timeout_s, MAX_STATE_BYTES, headers)
     try:
         decoded = msgspec.json.decode(body)
     except msgspec.DecodeError as exc:

@@ -13,6 +13,14 @@ start (``read_secret``). /metrics stays open (Prometheus' convention; no secret,
 token subject is in it). Bounded: a query string of at most ``MAX_QUERY_BYTES``, an answer of
 at most ``MAX_STATE_BYTES``, a callable given ``STATE_TIMEOUT_S`` on the loop, at most
 ``MAX_IN_FLIGHT`` questions at once (503 past it).
+
+A question can outlive the host's wait for it: one sent to a stopped role (SIGSTOP, a long
+pause) sits in the port's accept queue, and would run when the role resumes, after the host gave
+up and perhaps undid it (a drain after the resume that was meant to end it). So the host sends
+its deadline in ``DEADLINE_HEADER`` (CLOCK_MONOTONIC ns, one clock for every process of the
+machine), and a question read past it is answered 504 without running, checked when it is read
+and again on the role's loop just before the callable runs. A malformed deadline is a 400; a
+question without one (an operator's curl) has none.
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ import hmac
 import os
 import secrets
 import threading
+import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -36,6 +45,7 @@ from prometheus_client.exposition import ThreadingWSGIServer
 from monotape.log import log_event
 
 __all__ = [
+    "DEADLINE_HEADER",
     "MAX_IN_FLIGHT",
     "MAX_QUERY_BYTES",
     "MAX_STATE_BYTES",
@@ -58,6 +68,9 @@ MAX_IN_FLIGHT = (
 )
 SECRET_HEADER = "X-Monotape-Role-Secret"
 _SECRET_ENVIRON = "HTTP_" + SECRET_HEADER.upper().replace("-", "_")
+DEADLINE_HEADER = "X-Monotape-Deadline-Ns"  # time.monotonic_ns() past which the host gave up
+_DEADLINE_ENVIRON = "HTTP_" + DEADLINE_HEADER.upper().replace("-", "_")
+_DEADLINE_DIGITS = 20  # a uint64's; a longer value is not a deadline
 
 # The query's parameters in, (HTTP status, JSON body) out; run on the role's event loop.
 Provider = Callable[[Mapping[str, str]], Awaitable[tuple[int, bytes]]]
@@ -113,7 +126,11 @@ class RoleState:
         self.states: dict[str, Provider] = {}
         self.actions: dict[str, Provider] = {}
 
-    def answer(self, method: str, path: str, query: str) -> tuple[int, bytes]:
+    def answer(
+        self, method: str, path: str, query: str, deadline_ns: int | None = None
+    ) -> tuple[int, bytes]:
+        """The answer to one question; ``deadline_ns`` (time.monotonic_ns()): past it the asker
+        has given up, and the callable does not run."""
         kind, _, name = path.strip("/").partition("/")
         table = self.states if kind == "state" else self.actions
         provider = table.get(name)
@@ -124,7 +141,9 @@ class RoleState:
         if len(query) > MAX_QUERY_BYTES:
             return 400, _error(f"query longer than {MAX_QUERY_BYTES} bytes")
         params = dict(parse_qsl(query, keep_blank_values=True))
-        call = _call(provider, params)
+        if _past(deadline_ns):
+            return 504, _gave_up(name)
+        call = _call(provider, params, name, deadline_ns)
         try:
             future = asyncio.run_coroutine_threadsafe(call, self.loop)
         except RuntimeError:  # the role's loop closed (it is stopping): an answer, no traceback
@@ -143,8 +162,31 @@ class RoleState:
         return status, body
 
 
-async def _call(provider: Provider, params: Mapping[str, str]) -> tuple[int, bytes]:
+async def _call(
+    provider: Provider, params: Mapping[str, str], name: str, deadline_ns: int | None
+) -> tuple[int, bytes]:
+    if _past(deadline_ns):  # the loop itself may have been stopped since the question was read
+        return 504, _gave_up(name)
     return await provider(params)
+
+
+def _past(deadline_ns: int | None) -> bool:
+    return deadline_ns is not None and time.monotonic_ns() > deadline_ns
+
+
+def _gave_up(name: str) -> bytes:
+    return _error(f"{name}: read past the asker's deadline, not run (the asker gave up)")
+
+
+def _deadline(environ: Mapping[str, Any]) -> int | None:
+    """The asker's deadline header as an int; None when absent; ValueError when malformed."""
+    raw = environ.get(_DEADLINE_ENVIRON)
+    if raw is None:
+        return None
+    text = str(raw).strip()
+    if not text.isdigit() or len(text) > _DEADLINE_DIGITS:  # isdigit: no sign, no spaces inside
+        raise ValueError(f"{DEADLINE_HEADER} must be time.monotonic_ns() as digits")
+    return int(text)
 
 
 def _error(message: str) -> bytes:
@@ -168,11 +210,18 @@ def _app(
         given = str(environ.get(_SECRET_ENVIRON, "")).encode()
         if not expected or not hmac.compare_digest(given, expected):
             return 403, _error(f"/state and /action need the host's {SECRET_HEADER}")
+        try:
+            deadline_ns = _deadline(environ)
+        except ValueError as exc:
+            return 400, _error(str(exc))
         if not in_flight.acquire(blocking=False):
             return 503, _error(f"busy: {MAX_IN_FLIGHT} questions in flight")
         try:
             return state.answer(
-                str(environ.get("REQUEST_METHOD", "")), path, str(environ.get("QUERY_STRING", ""))
+                str(environ.get("REQUEST_METHOD", "")),
+                path,
+                str(environ.get("QUERY_STRING", "")),
+                deadline_ns,
             )
         finally:
             in_flight.release()
