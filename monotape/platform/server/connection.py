@@ -75,9 +75,9 @@ class Connection:
         self.transport: asyncio.Transport = ws.transport
         self.protocol = protocol = ws.protocol  # the Sans-I/O state machine: may we write?
         # Its state, kept here by TerminalProtocol's setter on every change, for the native
-        # writer (one read of this object instead of the protocol's dict per frame, measured at
-        # ~6% of a 4,200-terminal server's CPU). None: a protocol that does not mirror (a
-        # test's), whose readers ask the protocol itself.
+        # writer: one read of this object instead of the protocol's dict per frame, ~6.6% of a
+        # 4,200-terminal server's CPU (perf; docs/benchmarks.md). None: a protocol that does
+        # not mirror (a test's), whose readers ask the protocol itself.
         self.protocol_state: State | None = None
         if isinstance(protocol, TerminalProtocol):
             protocol.mirror = self
