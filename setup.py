@@ -2,8 +2,9 @@
 recorder's field read (monotape/platform/core/_fields.c); everything else is in pyproject.toml.
 
 Each extension is optional so that a machine without a C compiler still installs and runs the
-pure-Python fallbacks (monotape.platform.server.sendmany, monotape.platform.core.fields). Under CI=true a failed build fails
-the install instead: otherwise CI would quietly compare Python with Python.
+pure-Python fallbacks (monotape.platform.server.sendmany, monotape.platform.core.fields). Under
+CI=true a failed build fails the install instead: otherwise CI would quietly compare Python
+with Python.
 """
 
 import os
@@ -27,20 +28,17 @@ class BuildExt(build_ext):
             raise
 
 
+def native(module: str) -> Extension:
+    """The extension ``monotape.<module>`` from its one C file, warnings as errors."""
+    return Extension(
+        f"monotape.{module}",
+        sources=[f"monotape/{module.replace('.', '/')}.c"],
+        extra_compile_args=["-Wall", "-Wextra", "-Werror"],
+        optional=not STRICT,
+    )
+
+
 setup(
     cmdclass={"build_ext": BuildExt},
-    ext_modules=[
-        Extension(
-            "monotape.platform.server._sendmany",
-            sources=["monotape/platform/server/_sendmany.c"],
-            extra_compile_args=["-Wall", "-Wextra", "-Werror"],
-            optional=not STRICT,
-        ),
-        Extension(
-            "monotape.platform.core._fields",
-            sources=["monotape/platform/core/_fields.c"],
-            extra_compile_args=["-Wall", "-Wextra", "-Werror"],
-            optional=not STRICT,
-        ),
-    ],
+    ext_modules=[native("platform.server._sendmany"), native("platform.core._fields")],
 )

@@ -187,8 +187,11 @@ async def _raw(port: int, key: str, deadline: str) -> tuple[int, bytes]:
     return int(head.split()[1]), body
 
 
-async def test_a_question_past_its_deadline_or_with_a_bad_one_does_not_run(tmp_path: Path) -> None:
-    state = RoleState(asyncio.get_running_loop())
+async def _draining_role(
+    tmp_path: Path, loop: asyncio.AbstractEventLoop
+) -> tuple[int, str, list[int]]:
+    """A role on ``loop`` whose drain action counts its runs: (port, the host's secret, runs)."""
+    state = RoleState(loop)
     drained: list[int] = []
 
     async def drain(params: Mapping[str, str]) -> tuple[int, bytes]:
@@ -197,8 +200,12 @@ async def test_a_question_past_its_deadline_or_with_a_bad_one_does_not_run(tmp_p
 
     state.actions["drain"] = drain
     write_secret(tmp_path)
-    key = _secret(tmp_path)
     port = await asyncio.to_thread(serve_metrics, CollectorRegistry(), tmp_path, "w", state)
+    return port, _secret(tmp_path), drained
+
+
+async def test_a_question_past_its_deadline_or_with_a_bad_one_does_not_run(tmp_path: Path) -> None:
+    port, key, drained = await _draining_role(tmp_path, asyncio.get_running_loop())
     past = time.monotonic_ns() - 1
     status, body = await _raw(port, key, str(past))
     assert status == 504 and b"deadline" in body and drained == []
@@ -222,17 +229,7 @@ async def test_an_action_the_host_gave_up_on_does_not_run_when_the_role_resumes(
     runner = threading.Thread(target=loop.run_forever, daemon=True)
     runner.start()
     try:
-        state = RoleState(loop)
-        drained: list[int] = []
-
-        async def drain(params: Mapping[str, str]) -> tuple[int, bytes]:
-            drained.append(1)
-            return 202, b"{}"
-
-        state.actions["drain"] = drain
-        write_secret(tmp_path)
-        key = _secret(tmp_path)
-        port = await asyncio.to_thread(serve_metrics, CollectorRegistry(), tmp_path, "w", state)
+        port, key, drained = await _draining_role(tmp_path, loop)
         held = threading.Event()
         loop.call_soon_threadsafe(held.wait, 30.0)  # the role's loop stops turning
         with pytest.raises(TimeoutError):
