@@ -7,7 +7,9 @@ STAMP := $(VENV)/.installed
 .PHONY: run test test-fast lint typecheck unit bench clean
 
 # setup.py and the C sources too: pip rebuilds the native extensions in place (issues 12, 13).
-$(STAMP): pyproject.toml setup.py monotape/platform/server/_sendmany.c monotape/platform/core/_fields.c
+NATIVE_SOURCES := monotape/platform/server/_sendmany.c monotape/platform/core/_fields.c \
+  monotape/platform/wire/_records.c
+$(STAMP): pyproject.toml setup.py $(NATIVE_SOURCES)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'
@@ -43,7 +45,7 @@ bench: $(STAMP)
 soak: $(STAMP)
 	HOURS="$(HOURS)" RATE="$(RATE)" $(PY) -m monotape.loadgen.soak $(ARGS)
 
-# The native extensions' tests (send loop, field read) against an AddressSanitizer +
+# The native extensions' tests (send loop, field read, record encoders) against an AddressSanitizer +
 # UndefinedBehaviorSanitizer build of each, compiled in a scratch dir (the venv's own build is
 # untouched). The interpreter is not instrumented, so libasan is preloaded; PYTHONMALLOC=malloc
 # puts Python's objects (the payloads) under ASan's allocator; detect_leaks=0 because CPython
@@ -65,6 +67,9 @@ native-sanitize: $(STAMP)
 	$(SANITIZE_CC) monotape/platform/core/_fields.c -o $(SANITIZE_DIR)/_fields.so
 	$(SANITIZE_RUN) FIELDS_SANITIZED_BUILD=$(SANITIZE_DIR)/_fields.so \
 	  $(SANITIZE_PYTEST) tests/core/test_fields.py
+	$(SANITIZE_CC) monotape/platform/wire/_records.c -o $(SANITIZE_DIR)/_records.so
+	$(SANITIZE_RUN) RECORDS_SANITIZED_BUILD=$(SANITIZE_DIR)/_records.so \
+	  $(SANITIZE_PYTEST) tests/wire/test_records_native.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -1,10 +1,11 @@
-"""The native extensions: the send loop (monotape/platform/server/_sendmany.c) and the stage
-recorder's field read (monotape/platform/core/_fields.c); everything else is in pyproject.toml.
+"""The native extensions: the send loop (monotape/platform/server/_sendmany.c), the stage
+recorder's field read (monotape/platform/core/_fields.c) and the record encoders
+(monotape/platform/wire/_records.c); everything else is in pyproject.toml.
 
 Each extension is optional so that a machine without a C compiler still installs and runs the
-pure-Python fallbacks (monotape.platform.server.sendmany, monotape.platform.core.fields). Under
-CI=true a failed build fails the install instead: otherwise CI would quietly compare Python
-with Python.
+pure-Python fallbacks (monotape.platform.server.sendmany, monotape.platform.core.fields,
+monotape.platform.wire.records). Under CI=true a failed build fails the install instead:
+otherwise CI would quietly compare Python with Python.
 """
 
 import os
@@ -40,5 +41,9 @@ def native(module: str) -> Extension:
 
 setup(
     cmdclass={"build_ext": BuildExt},
-    ext_modules=[native("platform.server._sendmany"), native("platform.core._fields")],
+    ext_modules=[
+        native("platform.server._sendmany"),
+        native("platform.core._fields"),
+        native("platform.wire._records"),
+    ],
 )

@@ -23,11 +23,13 @@ import struct
 import sys
 import timeit
 from collections.abc import Callable
+from functools import partial
 from typing import Final
 
 from bench.common import Row, row
 from monotape.platform.model import Tick
 from monotape.platform.wire import codec
+from monotape.platform.wire import records as wire_records
 from monotape.platform.wire.codec import FLAG_DELTA, FLAG_NEW_EPOCH, FLAG_SEQ64, CodecError, Record
 
 __all__ = ["run", "sample"]
@@ -334,6 +336,14 @@ def sample(count: int, kind: str, seed: int = 1) -> list[tuple[Tick, Tick]]:
     return out
 
 
+def _each_pair(fn: Callable[[Tick, Tick], bytes], pairs: list[tuple[Tick, Tick]]) -> object:
+    return [fn(b, t) for b, t in pairs]
+
+
+def _each(fn: Callable[[Tick], bytes], ticks: list[Tick]) -> object:
+    return [fn(t) for t in ticks]
+
+
 def _best_us(fn: Callable[[], object], per_call: int, number: int) -> float:
     return min(timeit.repeat(fn, number=number, repeat=5)) / number / per_call * 1e6
 
@@ -344,26 +354,45 @@ def _measure(
     per_call: int,
     number: int,
     rounds: int,
-) -> tuple[list[float], list[float]]:
+    native_fn: Callable[[], object] | None = None,
+) -> tuple[list[float], list[float], list[float]]:
     new_us: list[float] = []
     old_us: list[float] = []
-    for _ in range(rounds):  # interleaved, so drift on a shared box hits both alike
+    native_us: list[float] = []
+    for _ in range(rounds):  # interleaved, so drift on a shared box hits all alike
         old_us.append(_best_us(old_fn, per_call, number))
         new_us.append(_best_us(new_fn, per_call, number))
-    return new_us, old_us
+        if native_fn is not None:
+            native_us.append(_best_us(native_fn, per_call, number))
+    return new_us, old_us, native_us
 
 
 def _rows(
-    benchmark: str, variant: str, new_us: list[float], old_us: list[float], note: str
+    benchmark: str,
+    variant: str,
+    new_us: list[float],
+    old_us: list[float],
+    native_us: list[float],
+    note: str,
 ) -> list[Row]:
+    """old (the peer), new (the Python fast path) and, for the encoders, native (wire/_records.c,
+    whose peer is the Python fast path it shadows)."""
     om, nm = statistics.median(old_us), statistics.median(new_us)
     met = "met" if nm <= TARGET_US else "NOT met"
-    return [
+    out = [
         row(benchmark, f"{variant}, old", om, "µs/record", lo=min(old_us), hi=max(old_us),
             ratio=1.0, peer="old", note=f"frozen previous implementation; {note}"),
         row(benchmark, f"{variant}, new", nm, "µs/record", lo=min(new_us), hi=max(new_us),
             ratio=nm / om, peer="old", note=f"target <= {TARGET_US} µs ({met}); {note}"),
     ]  # fmt: skip
+    if native_us:
+        vm = statistics.median(native_us)
+        out.append(
+            row(benchmark, f"{variant}, native", vm, "µs/record", lo=min(native_us),
+                hi=max(native_us), ratio=vm / nm, peer="new",
+                note=f"wire/_records.c, same bytes as new; {om / vm:.1f}x cheaper than old; {note}")
+        )  # fmt: skip
+    return out
 
 
 def run(quick: bool = False) -> list[Row]:
@@ -371,15 +400,24 @@ def run(quick: bool = False) -> list[Row]:
     number = 3 if quick else 20
     rounds = 3 if quick else 7
     rows: list[Row] = []
+    native = wire_records.native_module()
     for kind, label in (("uid", "update-id seq"), ("ns", "ns-timestamp seq")):
         pairs = sample(n, kind)
         news = [t for _, t in pairs]
-        enc_d, old_d = codec.encode_delta_record, old_encode_delta_record
-        enc_f, old_f = codec.encode_full_record, old_encode_full_record
+        enc_d, old_d = wire_records.python_encode_delta_record, old_encode_delta_record
+        enc_f, old_f = wire_records.python_encode_full_record, old_encode_full_record
         chunks = [enc_d(b, t) for b, t in pairs]
         fulls = [enc_f(t) for t in news]
         if chunks != [old_d(b, t) for b, t in pairs] or fulls != [old_f(t) for t in news]:
             raise AssertionError(f"{kind}: new encoder bytes differ from the old encoder's")
+        nat_d: Callable[[], object] | None = None
+        nat_f: Callable[[], object] | None = None
+        if native is not None:
+            nd, nf = native.encode_delta_record, native.encode_full_record
+            if chunks != [nd(b, t) for b, t in pairs] or fulls != [nf(t) for t in news]:
+                raise AssertionError(f"{kind}: native encoder bytes differ from the Python ones")
+            nat_d = partial(_each_pair, nd, pairs)
+            nat_f = partial(_each, nf, news)
         note = f"{n:,} records, {sum(map(len, chunks)) / n:.1f} B/record"
         rows += _rows(
             "codec: encode_delta_record",
@@ -387,7 +425,7 @@ def run(quick: bool = False) -> list[Row]:
             *_measure(
                 lambda p=pairs, f=enc_d: [f(b, t) for b, t in p],  # type: ignore[misc]
                 lambda p=pairs, f=old_d: [f(b, t) for b, t in p],  # type: ignore[misc]
-                n, number, rounds,
+                n, number, rounds, nat_d,
             ),
             note,
         )  # fmt: skip
@@ -398,7 +436,7 @@ def run(quick: bool = False) -> list[Row]:
             *_measure(
                 lambda p=news, f=enc_f: [f(t) for t in p],  # type: ignore[misc]
                 lambda p=news, f=old_f: [f(t) for t in p],  # type: ignore[misc]
-                n, number, rounds,
+                n, number, rounds, nat_f,
             ),
             note,
         )  # fmt: skip

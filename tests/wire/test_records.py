@@ -1,5 +1,6 @@
 """wire/records.py and wire/record_reader.py: record round trips, the gap rule's inputs, the
-fast paths against the readable reference paths."""
+fast paths against the readable reference paths. Every encoder test runs through the exported
+encoders (native when built) and through the pure-Python twins."""
 
 from __future__ import annotations
 
@@ -9,18 +10,28 @@ from hypothesis import given
 from monotape.platform.model import Tick
 from monotape.platform.wire import records
 from monotape.platform.wire.record_reader import decode_record
-from monotape.platform.wire.records import apply_record, encode_delta_record, encode_full_record
+from monotape.platform.wire.records import apply_record
 from tests.wire.strategies import assert_full, base_and_new, tick, ticks
 
+TWINS = {
+    "exported": (records.encode_full_record, records.encode_delta_record),
+    "python": (records.python_encode_full_record, records.python_encode_delta_record),
+}
+both_twins = pytest.mark.parametrize("twin", sorted(TWINS))
 
+
+@both_twins
 @given(ticks)
-def test_full_record_round_trip(t: Tick) -> None:
+def test_full_record_round_trip(twin: str, t: Tick) -> None:
+    encode_full_record, encode_delta_record = TWINS[twin]
     assert_full(decode_record(encode_full_record(t)), t)
     assert encode_delta_record(None, t) == encode_full_record(t)
 
 
+@both_twins
 @given(base_and_new())
-def test_delta_applied_to_base_reproduces_new(pair: tuple[Tick, Tick]) -> None:
+def test_delta_applied_to_base_reproduces_new(twin: str, pair: tuple[Tick, Tick]) -> None:
+    encode_delta_record = TWINS[twin][1]
     base, new = pair
     rec = decode_record(encode_delta_record(base, new))
     assert rec.has_base
@@ -31,7 +42,9 @@ def test_delta_applied_to_base_reproduces_new(pair: tuple[Tick, Tick]) -> None:
     assert encode_delta_record(base, new) == records._encode_delta_checked(base, new)
 
 
-def test_encoder_refuses_invalid_ticks() -> None:
+@both_twins
+def test_encoder_refuses_invalid_ticks(twin: str) -> None:
+    encode_full_record, encode_delta_record = TWINS[twin]
     good = tick(1, 1, 10, 1, 1, 1, 1)
     for bad in (
         tick(70000, 1, 10, 1, 1, 1, 1),

@@ -1,0 +1,276 @@
+/* _records: the record encoders' common case in C (docs/wire.md, Records).
+
+   encode_full_record(tick) -> bytes
+   encode_delta_record(base, new) -> bytes        (base None: the full record of new)
+   bind(tick_type, full_checked, delta_checked)   (records.py calls it once, at import)
+
+   Why native: every changed symbol is encoded once per 40 ms frame, and the host's sequencer
+   also writes each one's full record into the snapshot table, so at 120k ticks/s (all 2,400
+   instruments dirty every frame) the two encoders ran ~3.5 us per symbol in Python, ~8 ms of
+   every 40 ms frame on the sequencer's one loop, where it delays decoding the next batch
+   (issue 12) and, in the one-process node, the fan-out (issue 13). bench_codec measures this
+   file against the Python fast path it shadows.
+
+   What it covers: ticks of exactly the bound type whose int fields are exact ints in the int64
+   range, with a uint16 iid, non-negative epochs, seqs and sizes and, for a delta, the same iid
+   and a seq that does not go below its base in the same epoch. That is every valid tick a
+   feed handler emits. Anything else (a value only uint64 holds, a wrong type, an unset field,
+   an invalid value) is handed to the bound Python reference encoder, which gives the same bytes
+   or the ValueError that names the field. So the output is byte for byte the reference's in
+   every case; tests/wire/test_records_native.py checks it with hypothesis.
+
+   The layout (one record: iid uint16 LE, flags, version, zigzag prices, size):
+     full   iid flags epoch seq zz(bid) zz(ask) zz(last) size
+     delta  iid flags base_epoch base_seq (seq-base_seq | epoch seq) zz(dbid) zz(dask) zz(dlast) size
+   every number a LEB128 varint except a seq >= 2**56, which is fixed64 LE (FLAG_SEQ64, the
+   first seq field only) because there it is strictly shorter. Price deltas wrap to int64.
+
+   The pure-Python twin is monotape.platform.wire.records (python_encode_*_record).
+*/
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+#include <structmember.h> /* T_OBJECT_EX (3.11) */
+
+#define FLAG_DELTA 0x01
+#define FLAG_NEW_EPOCH 0x02
+#define FLAG_SEQ64 0x04
+#define SEQ64_FROM ((uint64_t)1 << 56)
+/* head 3 + base version <= 18 + new version <= 20 + three prices <= 30 + size <= 10 */
+#define RECORD_MAX 96
+
+enum { F_IID, F_EPOCH, F_SEQ, F_BID, F_ASK, F_LAST, F_SIZE, F_COUNT };
+static const char *const FIELD_NAMES[F_COUNT] = {"iid", "epoch", "seq", "bid",
+                                                 "ask", "last", "size"};
+
+/* Set by bind(); until then every call goes to... nothing: encoding refuses with an error. */
+static PyTypeObject *tick_type = NULL;
+static Py_ssize_t offsets[F_COUNT];
+static PyObject *full_checked = NULL;
+static PyObject *delta_checked = NULL;
+
+/* The tick's int fields as int64s; 0 when this is not the common case (the reference decides). */
+static int
+read_tick(PyObject *tick, int64_t out[F_COUNT])
+{
+    if (!Py_IS_TYPE(tick, tick_type)) {
+        return 0;
+    }
+    for (int f = 0; f < F_COUNT; f++) {
+        PyObject *v = *(PyObject **)((char *)tick + offsets[f]); /* borrowed; NULL if unset */
+        if (v == NULL || !PyLong_CheckExact(v)) {
+            return 0;
+        }
+        int overflow = 0;
+        long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+        if (overflow) {
+            return 0; /* an exact int cannot fail otherwise */
+        }
+        out[f] = (int64_t)x;
+    }
+    return out[F_IID] >= 0 && out[F_IID] <= 0xFFFF && out[F_EPOCH] >= 0 && out[F_SEQ] >= 0 &&
+           out[F_SIZE] >= 0;
+}
+
+static inline unsigned char *
+put_uvarint(unsigned char *p, uint64_t v)
+{
+    while (v >= 0x80) {
+        *p++ = (unsigned char)(v | 0x80);
+        v >>= 7;
+    }
+    *p++ = (unsigned char)v;
+    return p;
+}
+
+static inline uint64_t
+zigzag(int64_t v)
+{
+    uint64_t u = (uint64_t)v << 1;
+    return v < 0 ? ~u : u;
+}
+
+static inline unsigned char *
+put_fixed64(unsigned char *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++) {
+        *p++ = (unsigned char)(v >> (8 * i));
+    }
+    return p;
+}
+
+/* iid LE, flags, epoch, then seq as fixed64 (flags gains FLAG_SEQ64) or a varint */
+static unsigned char *
+put_head(unsigned char *p, int64_t iid, int flags, int64_t epoch, int64_t seq)
+{
+    int seq64 = (uint64_t)seq >= SEQ64_FROM;
+    *p++ = (unsigned char)(iid & 0xFF);
+    *p++ = (unsigned char)(iid >> 8);
+    *p++ = (unsigned char)(flags | (seq64 ? FLAG_SEQ64 : 0));
+    p = put_uvarint(p, (uint64_t)epoch);
+    return seq64 ? put_fixed64(p, (uint64_t)seq) : put_uvarint(p, (uint64_t)seq);
+}
+
+static PyObject *
+full_of(const int64_t t[F_COUNT])
+{
+    unsigned char buf[RECORD_MAX];
+    unsigned char *p = put_head(buf, t[F_IID], 0, t[F_EPOCH], t[F_SEQ]);
+    p = put_uvarint(p, zigzag(t[F_BID]));
+    p = put_uvarint(p, zigzag(t[F_ASK]));
+    p = put_uvarint(p, zigzag(t[F_LAST]));
+    p = put_uvarint(p, (uint64_t)t[F_SIZE]);
+    return PyBytes_FromStringAndSize((const char *)buf, p - buf);
+}
+
+static int
+bound(void)
+{
+    if (tick_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "_records: bind() has not been called");
+        return 0;
+    }
+    return 1;
+}
+
+static PyObject *
+encode_full_record(PyObject *Py_UNUSED(module), PyObject *tick)
+{
+    if (!bound()) {
+        return NULL;
+    }
+    int64_t t[F_COUNT];
+    if (read_tick(tick, t)) {
+        return full_of(t);
+    }
+    return PyObject_CallOneArg(full_checked, tick);
+}
+
+/* a - b as the int64 it wraps to (the reference's wrap_int64), without signed overflow */
+static inline int64_t
+wrapped_diff(int64_t a, int64_t b)
+{
+    uint64_t d = (uint64_t)a - (uint64_t)b;
+    int64_t out;
+    memcpy(&out, &d, sizeof(out));
+    return out;
+}
+
+static PyObject *
+encode_delta_record(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "encode_delta_record(base, new) takes 2 arguments");
+        return NULL;
+    }
+    if (!bound()) {
+        return NULL;
+    }
+    PyObject *base = args[0];
+    PyObject *new = args[1];
+    int64_t n[F_COUNT];
+    if (base == Py_None) {
+        return read_tick(new, n) ? full_of(n) : PyObject_CallOneArg(full_checked, new);
+    }
+    int64_t b[F_COUNT];
+    int same_epoch = 0;
+    if (read_tick(base, b) && read_tick(new, n) && b[F_IID] == n[F_IID] &&
+        ((same_epoch = (n[F_EPOCH] == b[F_EPOCH])) == 0 || n[F_SEQ] >= b[F_SEQ])) {
+        unsigned char buf[RECORD_MAX];
+        int flags = FLAG_DELTA | (same_epoch ? 0 : FLAG_NEW_EPOCH);
+        unsigned char *p = put_head(buf, n[F_IID], flags, b[F_EPOCH], b[F_SEQ]);
+        if (same_epoch) {
+            p = put_uvarint(p, (uint64_t)(n[F_SEQ] - b[F_SEQ])); /* both >= 0: no overflow */
+        }
+        else {
+            p = put_uvarint(p, (uint64_t)n[F_EPOCH]);
+            p = put_uvarint(p, (uint64_t)n[F_SEQ]);
+        }
+        p = put_uvarint(p, zigzag(wrapped_diff(n[F_BID], b[F_BID])));
+        p = put_uvarint(p, zigzag(wrapped_diff(n[F_ASK], b[F_ASK])));
+        p = put_uvarint(p, zigzag(wrapped_diff(n[F_LAST], b[F_LAST])));
+        p = put_uvarint(p, (uint64_t)n[F_SIZE]);
+        return PyBytes_FromStringAndSize((const char *)buf, p - buf);
+    }
+    return PyObject_Vectorcall(delta_checked, args, 2, NULL);
+}
+
+static PyObject *
+bind(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError,
+                        "bind(tick_type, full_checked, delta_checked) takes 3 arguments");
+        return NULL;
+    }
+    if (!PyType_Check(args[0]) || !PyCallable_Check(args[1]) || !PyCallable_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "bind: a type and two callables");
+        return NULL;
+    }
+    PyTypeObject *type = (PyTypeObject *)args[0];
+    Py_ssize_t found[F_COUNT];
+    for (int f = 0; f < F_COUNT; f++) {
+        /* the type's own member descriptor: an object slot inside every instance */
+        PyObject *d = PyDict_GetItemString(type->tp_dict, FIELD_NAMES[f]); /* borrowed */
+        if (d == NULL || !Py_IS_TYPE(d, &PyMemberDescr_Type) ||
+            PyDescr_TYPE(d) != type) {
+            PyErr_Format(PyExc_TypeError, "bind: %.100s.%s is not a slot of that type",
+                         type->tp_name, FIELD_NAMES[f]);
+            return NULL;
+        }
+        PyMemberDef *def = ((PyMemberDescrObject *)d)->d_member;
+        if (def->type != T_OBJECT_EX || def->offset <= 0 ||
+            (size_t)def->offset + sizeof(PyObject *) > (size_t)type->tp_basicsize) {
+            PyErr_Format(PyExc_TypeError, "bind: %.100s.%s is not an object slot",
+                         type->tp_name, FIELD_NAMES[f]);
+            return NULL;
+        }
+        found[f] = def->offset;
+    }
+    /* exact-type reads only (Py_IS_TYPE): a subclass, which may add slots, takes the reference */
+    Py_INCREF(args[0]);
+    Py_INCREF(args[1]);
+    Py_INCREF(args[2]);
+    Py_XSETREF(tick_type, type);
+    Py_XSETREF(full_checked, args[1]);
+    Py_XSETREF(delta_checked, args[2]);
+    memcpy(offsets, found, sizeof(offsets));
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef records_methods[] = {
+    {"encode_full_record", (PyCFunction)encode_full_record, METH_O,
+     "encode_full_record(tick) -> bytes: the full record of tick."},
+    {"encode_delta_record", (PyCFunction)(void (*)(void))encode_delta_record, METH_FASTCALL,
+     "encode_delta_record(base, new) -> bytes: the record moving base to new."},
+    {"bind", (PyCFunction)(void (*)(void))bind, METH_FASTCALL,
+     "bind(tick_type, full_checked, delta_checked): the type read natively and the reference "
+     "encoders for everything else."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef records_module = {
+    PyModuleDef_HEAD_INIT, "_records", "The record encoders' common case in C.", 0,
+    records_methods, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC
+PyInit__records(void)
+{
+    PyObject *module = PyModule_Create(&records_module);
+    if (module == NULL) {
+        return NULL;
+    }
+    /* make native-sanitize checks it loaded the instrumented build, not the installed one */
+#if defined(__SANITIZE_ADDRESS__)
+    PyObject *sanitized = Py_True;
+#else
+    PyObject *sanitized = Py_False;
+#endif
+    if (PyModule_AddObjectRef(module, "SANITIZED", sanitized) < 0) {
+        Py_DECREF(module);
+        return NULL;
+    }
+    return module;
+}

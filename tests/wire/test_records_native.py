@@ -1,0 +1,148 @@
+"""The native record encoders (wire/_records.c) against their pure-Python twins: the same bytes
+for every tick, the same ValueError for every invalid one, whatever the tick is made of.
+``make native-sanitize`` runs this module against an AddressSanitizer + UndefinedBehaviorSanitizer
+build named by RECORDS_SANITIZED_BUILD (a test-tool hook, not a setting of the node)."""
+
+from __future__ import annotations
+
+import os
+from types import ModuleType, SimpleNamespace
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from monotape.platform.model import Tick
+from monotape.platform.wire import records
+from monotape.platform.wire.records import python_encode_delta_record, python_encode_full_record
+from tests.sanitized import load_sanitized
+from tests.wire.strategies import I64, U64, base_and_new, tick, ticks
+
+SANITIZED_BUILD = os.environ.get("RECORDS_SANITIZED_BUILD", "")
+
+
+def _native() -> ModuleType | None:
+    if SANITIZED_BUILD:
+        module = load_sanitized("sanitized._records", SANITIZED_BUILD)
+        module.bind(Tick, records._encode_full_checked, records._encode_delta_checked)
+        return module
+    return records.native_module()
+
+
+NATIVE = _native()
+needs_native = pytest.mark.skipif(NATIVE is None, reason="wire/_records.c not built")
+
+
+def test_the_native_encoders_are_built_and_in_use() -> None:
+    if NATIVE is None:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail("monotape.platform.wire._records was not built")
+        pytest.skip("monotape.platform.wire._records not built (no C compiler at install)")
+    if not SANITIZED_BUILD:
+        assert records.encode_delta_record is NATIVE.encode_delta_record
+        assert records.encode_full_record is NATIVE.encode_full_record
+
+
+def outcome(fn: Any, *args: Any) -> bytes | str:
+    """The bytes, or the error's type and message: both twins must give the same one."""
+    try:
+        out = fn(*args)
+    except (ValueError, TypeError, AttributeError) as exc:
+        return f"{type(exc).__name__}: {exc}"
+    assert type(out) is bytes
+    return out
+
+
+@needs_native
+@given(ticks)
+def test_full_records_are_the_twins_bytes(t: Tick) -> None:
+    assert NATIVE is not None
+    assert outcome(NATIVE.encode_full_record, t) == outcome(python_encode_full_record, t)
+    assert outcome(NATIVE.encode_delta_record, None, t) == outcome(python_encode_full_record, t)
+
+
+@needs_native
+@given(base_and_new())
+def test_delta_records_are_the_twins_bytes(pair: tuple[Tick, Tick]) -> None:
+    assert NATIVE is not None
+    base, new = pair
+    assert outcome(NATIVE.encode_delta_record, base, new) == outcome(
+        python_encode_delta_record, base, new
+    )
+
+
+ANY_INT = st.one_of(I64, U64, st.integers(-(2**70), 2**70), st.integers(-3, 3))
+ANY_TICK = st.builds(tick, ANY_INT, ANY_INT, ANY_INT, ANY_INT, ANY_INT, ANY_INT, ANY_INT)
+
+
+@needs_native
+@given(ANY_TICK, ANY_TICK)
+def test_valid_or_not_both_twins_agree(base: Tick, new: Tick) -> None:
+    """Values outside every range, mismatched iids, seqs going back: the same bytes or error."""
+    assert NATIVE is not None
+    new = Tick(base.iid if new.iid % 2 else new.iid, "XNAS", new.epoch, new.seq, 0, new.bid,
+               new.ask, new.last, new.size)  # fmt: skip
+    assert outcome(NATIVE.encode_full_record, new) == outcome(python_encode_full_record, new)
+    assert outcome(NATIVE.encode_delta_record, base, new) == outcome(
+        python_encode_delta_record, base, new
+    )
+
+
+class Subtick(Tick):
+    """A subclass (it may add fields): the C reads only exact Ticks and hands this on."""
+
+    note: str = ""
+
+
+def _likes(t: Tick) -> list[Any]:
+    fields = {f: getattr(t, f) for f in Tick.__struct_fields__}
+    return [
+        Subtick(**fields),
+        SimpleNamespace(**fields),  # duck-typed: the reference reads attributes
+        Tick(**{**fields, "seq": bool(t.seq % 2)}),  # a bool is an int, not an exact one
+        Tick(**{**fields, "size": 2**63 + t.size}),  # a uint64 that int64 cannot hold
+        Tick(**{**fields, "bid": 1.5}),  # a float: the reference's error
+        Tick(**{**fields, "epoch": "1"}),
+    ]
+
+
+@needs_native
+@pytest.mark.parametrize("k", range(6))
+def test_ticks_off_the_common_case_take_the_reference(k: int) -> None:
+    assert NATIVE is not None
+    base = tick(7, 1, 1_000, 100, 101, 100, 5)
+    new = tick(7, 1, 1_003, 99, 102, 101, 3)
+    for b, n in ((base, _likes(new)[k]), (_likes(base)[k], new)):
+        assert outcome(NATIVE.encode_delta_record, b, n) == outcome(
+            python_encode_delta_record, b, n
+        )
+    odd = _likes(new)[k]
+    assert outcome(NATIVE.encode_full_record, odd) == outcome(python_encode_full_record, odd)
+
+
+@needs_native
+def test_wrong_calls_are_type_errors() -> None:
+    assert NATIVE is not None
+    t = tick(1, 1, 1, 1, 1, 1, 1)
+    with pytest.raises(TypeError):
+        NATIVE.encode_delta_record(t)
+    with pytest.raises(TypeError):
+        NATIVE.encode_delta_record(t, t, t)
+    with pytest.raises(TypeError):
+        NATIVE.bind(Tick, records._encode_full_checked)
+    with pytest.raises(TypeError, match="not a slot"):
+        NATIVE.bind(SimpleNamespace, records._encode_full_checked, records._encode_delta_checked)
+    with pytest.raises(TypeError, match="not a slot"):  # the fields live on Tick, not here
+        NATIVE.bind(Subtick, records._encode_full_checked, records._encode_delta_checked)
+    # a refused bind leaves the binding as it was
+    assert NATIVE.encode_full_record(t) == python_encode_full_record(t)
+
+
+def test_the_exported_encoders_are_the_twins_when_native_is_missing() -> None:
+    """Without the extension records.py falls back to the twins by name (the same tests pass
+    through them: tests/wire/test_records.py runs both)."""
+    assert records.NATIVE is (records.native_module() is not None)
+    if not records.NATIVE:
+        assert records.encode_delta_record is python_encode_delta_record
+        assert records.encode_full_record is python_encode_full_record
