@@ -10,6 +10,10 @@ planner's ``chunks``). CPU time of this one process, median of 5 runs (min and m
 The capacity model (docs/benchmarks.md) takes the per-reader figure as "shm ring cost per frame
 per reader".
 
+Also the sequencer's whole frame publish (``FramePublisher.publish_frame``: encode each changed
+symbol's delta and full record, put the full ones in the snapshot table, publish the FRAME) for
+2,400 changed symbols, with the native record encoders against their pure-Python twins.
+
     .venv/bin/python -m bench.ring.bench_ring [--quick]
 """
 
@@ -19,6 +23,7 @@ import random
 import sys
 import time
 import uuid
+from typing import Any
 
 from bench.common import Row, median_min_max, print_rows, row
 
@@ -84,6 +89,74 @@ def _one_run(frames: int, records: dict[int, bytes]) -> tuple[float, float, floa
     return publish_ns / frames / 1e3, poll_ns / frames / 1e3, dict_ns / frames / 1e3
 
 
+SEQUENCER_RECORDS = 2_400  # every instrument of the simulator changed: a 120k ticks/s frame
+
+
+def _publish_frames(frames: int, encoders: Any) -> float:
+    """µs of CPU per ``FramePublisher.publish_frame`` of SEQUENCER_RECORDS changed symbols on a
+    real ShmRing (full records into the snapshot table, delta records into the FRAME entry)."""
+    from monotape.platform.core.conflation import Frame, FrameRecord
+    from monotape.platform.host.publisher import FramePublisher
+    from monotape.platform.model import Tick
+    from monotape.platform.ring import ShmRing
+
+    rng = random.Random(2)
+    pairs = []
+    for iid in range(SEQUENCER_RECORDS):
+        p, s = rng.randrange(10_000, 5_000_000), rng.randrange(1, 1 << 40)
+        base = Tick(iid, "XNAS", 3, s, 0, p, p + 100, p + 50, 100)
+        pairs.append((base, s, p))
+    ring = ShmRing.create(tag="bench" + uuid.uuid4().hex[:12])
+    try:
+        pub = FramePublisher(ring, time.monotonic_ns, encoders=encoders)
+        spent = 0
+        for k in range(frames):
+            records = []
+            for i, (base, s, p) in enumerate(pairs):
+                d = rng.randrange(-500, 500)
+                new = Tick(i, "XNAS", 3, s + k + 1, 0, p + d, p + d + 100, p + d + 40, 7)
+                records.append(FrameRecord(i, base, new))
+            frame = Frame(k + 1, (k + 1) * 40_000_000, records)
+            t0 = time.process_time_ns()
+            pub.publish_frame(frame)
+            spent += time.process_time_ns() - t0
+    finally:
+        ring.close()
+    return spent / frames / 1e3
+
+
+def _publish_rows(quick: bool) -> list[Row]:
+    """The sequencer's frame publish with the native record encoders against the Python twins
+    (interleaved runs): the part of a 40 ms frame the sequencer's loop spends encoding."""
+    from monotape.platform.wire import records
+
+    native = records.native_module()
+    frames, runs = (20, 3) if quick else (100, 5)
+    python = (records.python_encode_full_record, records.python_encode_delta_record)
+    py_us: list[float] = []
+    nat_us: list[float] = []
+    for _ in range(runs):
+        py_us.append(_publish_frames(frames, python))
+        if native is not None:
+            nat_us.append(
+                _publish_frames(frames, (native.encode_full_record, native.encode_delta_record))
+            )
+    note = f"{SEQUENCER_RECORDS:,} changed symbols per frame, {frames} frames x {runs} runs, CPU"
+    med, lo, hi = median_min_max(py_us)
+    rows = [
+        row("sequencer frame publish", "python encoders", med, "µs/frame", lo=lo, hi=hi,
+            ratio=1.0, peer="python encoders", note=f"the pure-Python twins; {note}"),
+    ]  # fmt: skip
+    if nat_us:
+        n_med, n_lo, n_hi = median_min_max(nat_us)
+        rows.append(
+            row("sequencer frame publish", "native encoders", n_med, "µs/frame", lo=n_lo,
+                hi=n_hi, ratio=n_med / med, peer="python encoders",
+                note=f"wire/_records.c; {note}")
+        )  # fmt: skip
+    return rows
+
+
 def run(quick: bool = False) -> list[Row]:
     frames, runs = (400, 3) if quick else (2_000, 5)
     records = frame_records(RECORDS, seed=1)
@@ -105,7 +178,7 @@ def run(quick: bool = False) -> list[Row]:
         rows.append(
             row("shm frame ring", variant, med, "µs/frame", lo=lo, hi=hi, note=f"{what}; {note}")
         )
-    return rows
+    return rows + _publish_rows(quick)
 
 
 def main(argv: list[str]) -> None:

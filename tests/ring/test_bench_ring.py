@@ -1,14 +1,20 @@
-"""bench_ring runs and returns its three typed rows (the figures themselves belong to the bench)."""
+"""bench_ring runs and returns its typed rows (the figures themselves belong to the bench): the
+ring's three, then the sequencer's frame publish with the Python twins and, when the extension
+is built, the native record encoders beside them."""
 
 from __future__ import annotations
 
 from bench.common import Row
 from bench.ring import bench_ring
+from monotape.platform.wire import records
 
 
 def test_bench_ring_quick_rows() -> None:
     rows = bench_ring.run(quick=True)
-    assert [r.variant.split(" ")[0] for r in rows] == ["publish", "poll:", "poll"]
+    publish = ["python encoders"] + (["native encoders"] if records.NATIVE else [])
+    assert [r.variant.split(" ")[0] for r in rows[:3]] == ["publish", "poll:", "poll"]
+    assert [r.variant for r in rows[3:]] == publish
+    assert {r.benchmark for r in rows[3:]} == {"sequencer frame publish"}
     for r in rows:
         assert isinstance(r, Row) and r.unit == "µs/frame"
         assert r.value is not None and r.min is not None and r.max is not None

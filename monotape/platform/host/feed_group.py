@@ -37,6 +37,7 @@ class FeedGroup:
         self._wake: asyncio.Event | None = None  # the driver's, while ``run`` runs
         self._timer: asyncio.TimerHandle | None = None  # the driver's wake-up for the head
         self._timer_due = 0  # the head the timer is for (ns), while there is one
+        self._turn = 0  # pumps so far: which venue goes first in the next batch
         for role in self.roles:
             role.on_head = self._head_arrived
 
@@ -52,7 +53,15 @@ class FeedGroup:
         """Every handler's due updates, as one batch on the bus. A handler that fails is
         counted and the others still publish (one bad venue costs the others nothing)."""
         ticks: list[Tick] = []
-        for role in self.roles:
+        roles = self.roles
+        # Each pump starts at the next venue. A batch too large for one bus message goes as
+        # several, in this order, and when the sequencer's socket is full the later messages
+        # are the ones dropped: in a fixed order the same venues would lose every time and
+        # freeze (measured at 120k ticks/s on a full 2-core box: ARCX and BATS admitted, four
+        # venues ~0), where rotating spreads the loss over every venue.
+        first = self._turn % len(roles) if roles else 0
+        self._turn += 1
+        for role in roles[first:] + roles[:first]:
             try:
                 ticks += role.due()
             except Exception as exc:  # contained: the next wake-up pumps as usual

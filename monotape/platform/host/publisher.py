@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from typing import Protocol
+from typing import Protocol, TypeAlias
 
 from monotape.platform.core.conflation import Frame
 from monotape.platform.core.sequencer import Sequencer
@@ -35,7 +35,10 @@ from monotape.platform.ring.layout import Entry, EntryKind, RingFrame
 from monotape.platform.ring.protocol import PublishOutcome, RingProducer, SnapshotChunk
 from monotape.platform.wire import codec
 
-__all__ = ["FramePublisher", "Interest", "NoInterest", "SeedResult", "seed"]
+__all__ = ["Encoders", "FramePublisher", "Interest", "NoInterest", "SeedResult", "seed"]
+
+# (full record of a tick, delta record from a base to a new tick)
+Encoders: TypeAlias = tuple[Callable[[Tick], bytes], Callable[[Tick | None, Tick], bytes]]
 
 
 class Interest(Protocol):
@@ -67,8 +70,11 @@ class FramePublisher:
         *,
         interest: Interest | None = None,
         failures: FailureSink | None = None,
+        encoders: Encoders | None = None,
     ) -> None:
         self.ring = ring
+        # (full, delta): the codec's (native when built); bench_ring passes the Python twins
+        self._full, self._delta = encoders or (codec.encode_full_record, codec.encode_delta_record)
         self.interest: Interest = interest if interest is not None else NoInterest()
         self._now_ns = now_ns
         self._failures = failures
@@ -83,8 +89,7 @@ class FramePublisher:
         Returns the outcome and the publish time (``published_ns``)."""
         ring = self.ring
         put = ring.put_snapshot
-        full = codec.encode_full_record
-        delta = codec.encode_delta_record
+        full, delta = self._full, self._delta
         records: dict[int, bytes] = {}
         for rec in frame.records:
             new = rec.new
@@ -116,7 +121,7 @@ class FramePublisher:
             return None
         # applied ticks of one symbol come in rising versions: the last one is the latest
         latest = {t.iid: t for t in applied if t.iid in wanted}
-        full = codec.encode_full_record
+        full = self._full
         priority: dict[int, bytes] = {}
         for iid in sorted(latest):
             try:

@@ -6,10 +6,11 @@
 
    Why native: every changed symbol is encoded once per 40 ms frame, and the host's sequencer
    also writes each one's full record into the snapshot table, so at 120k ticks/s (all 2,400
-   instruments dirty every frame) the two encoders ran ~3.5 us per symbol in Python, ~8 ms of
-   every 40 ms frame on the sequencer's one loop, where it delays decoding the next batch
-   (issue 12) and, in the one-process node, the fan-out (issue 13). bench_codec measures this
-   file against the Python fast path it shadows.
+   instruments dirty every frame) the sequencer's whole frame publish took 30 ms of every 40 ms
+   frame on its one loop with the Python encoders, 10 ms with these (bench_ring), time in which
+   it does not decode the next batch (issue 12); in the one-process node it delays the fan-out
+   (issue 13). bench_codec measures this file against the Python fast path it shadows: 0.08-0.17
+   against 1.9-2.5 us a record (docs/benchmarks.md).
 
    What it covers: ticks of exactly the bound type whose int fields are exact ints in the int64
    range, with a uint16 iid, non-negative epochs, seqs and sizes and, for a delta, the same iid

@@ -12,7 +12,7 @@ seqs; docs/benchmarks.md), by bench/micro/bench_codec.py against a frozen copy o
 them, the peer of every row, which must produce identical bytes.
 
 ``encode_full_record`` and ``encode_delta_record`` are the native encoders of ``_records.c``
-when the extension was built (12x cheaper, same bytes, same errors: they hand everything but
+when the extension was built (15-30x cheaper, same bytes, same errors: they hand everything but
 the common case to the checked encoders here), else ``python_encode_*_record``, the
 pure-Python twins, which tests/wire run through the same tests.
 """
@@ -273,9 +273,10 @@ def apply_record(base: tuple[int, int, int] | None, record: Record) -> tuple[int
 
 # --- the native encoders (wire/_records.c) -------------------------------------------------------
 # The common case in C, everything else handed to the reference encoders above (the same bytes
-# or the same ValueError): 0.11-0.18 µs a record against 1.3-2.0 for the Python fast paths
-# (bench_codec). The sequencer encodes every changed symbol's delta and full record each frame,
-# ~8 ms of a 40 ms frame in Python at 120k ticks/s. Without a compiler the Python twins run.
+# or the same ValueError): 0.08-0.17 µs a record against 1.9-2.5 for the Python fast paths
+# (bench_codec). The sequencer encodes every changed symbol's delta and full record each frame:
+# its whole publish of a 120k ticks/s frame took 30 ms of the 40 with the twins, 10 ms with
+# these (bench_ring; docs/benchmarks.md). Without a compiler the Python twins run.
 _native: ModuleType | None
 try:
     from monotape.platform.wire import _records
