@@ -45,7 +45,7 @@ enum { F_IID, F_EPOCH, F_SEQ, F_BID, F_ASK, F_LAST, F_SIZE, F_COUNT };
 static const char *const FIELD_NAMES[F_COUNT] = {"iid", "epoch", "seq", "bid",
                                                  "ask", "last", "size"};
 
-/* Set by bind(); until then every call goes to... nothing: encoding refuses with an error. */
+/* Set by bind() (records.py, at import); before it, an encode raises RuntimeError. */
 static PyTypeObject *tick_type = NULL;
 static Py_ssize_t offsets[F_COUNT];
 static PyObject *full_checked = NULL;
