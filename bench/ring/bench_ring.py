@@ -23,9 +23,12 @@ import random
 import sys
 import time
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING
 
 from bench.common import Row, median_min_max, print_rows, row
+
+if TYPE_CHECKING:
+    from monotape.platform.host.publisher import Encoders
 
 __all__ = ["frame_records", "run"]
 
@@ -92,7 +95,7 @@ def _one_run(frames: int, records: dict[int, bytes]) -> tuple[float, float, floa
 SEQUENCER_RECORDS = 2_400  # every instrument of the simulator changed: a 120k ticks/s frame
 
 
-def _publish_frames(frames: int, encoders: Any) -> float:
+def _publish_frames(frames: int, encoders: Encoders) -> float:
     """µs of CPU per ``FramePublisher.publish_frame`` of SEQUENCER_RECORDS changed symbols on a
     real ShmRing (full records into the snapshot table, delta records into the FRAME entry)."""
     from monotape.platform.core.conflation import Frame, FrameRecord

@@ -6,6 +6,8 @@ build named by RECORDS_SANITIZED_BUILD (a test-tool hook, not a setting of the n
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from types import ModuleType, SimpleNamespace
 from typing import Any
 
@@ -139,10 +141,18 @@ def test_wrong_calls_are_type_errors() -> None:
     assert NATIVE.encode_full_record(t) == python_encode_full_record(t)
 
 
-def test_the_exported_encoders_are_the_twins_when_native_is_missing() -> None:
-    """Without the extension records.py falls back to the twins by name (the same tests pass
-    through them: tests/wire/test_records.py runs both)."""
-    assert records.NATIVE is (records.native_module() is not None)
-    if not records.NATIVE:
-        assert records.encode_delta_record is python_encode_delta_record
-        assert records.encode_full_record is python_encode_full_record
+def test_without_the_extension_the_exported_encoders_are_the_twins() -> None:
+    """A build without a compiler: the import of _records fails and records.py exports the
+    pure-Python twins by name (checked in a fresh interpreter with the import blocked)."""
+    probe = (
+        "import sys; sys.modules['monotape.platform.wire._records'] = None\n"
+        "from monotape.platform.wire import records as r\n"
+        "assert not r.NATIVE and r.native_module() is None\n"
+        "assert r.encode_full_record is r.python_encode_full_record\n"
+        "assert r.encode_delta_record is r.python_encode_delta_record\n"
+        "print('twins')"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert out.returncode == 0 and out.stdout.strip() == "twins", out.stderr

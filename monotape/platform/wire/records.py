@@ -12,7 +12,7 @@ seqs; docs/benchmarks.md), by bench/micro/bench_codec.py against a frozen copy o
 them, the peer of every row, which must produce identical bytes.
 
 ``encode_full_record`` and ``encode_delta_record`` are the native encoders of ``_records.c``
-when the extension was built (15-30x cheaper, same bytes, same errors: they hand everything but
+when the extension was built (15-25x cheaper, same bytes, same errors: they hand everything but
 the common case to the checked encoders here), else ``python_encode_*_record``, the
 pure-Python twins, which tests/wire run through the same tests.
 """
