@@ -847,15 +847,61 @@ def compare(
     return rows
 
 
+def ingest(
+    size: Size, writers: Sequence[int], log: Callable[[str], None], rates: Sequence[int]
+) -> list[Row]:
+    """Ingest alone, no terminal: per rate, the one-process node and the host with each writer
+    count, alternated ``size.repeats`` times on fresh servers (10 s windows); CPU per role and
+    per 1,000 admitted ticks, the node's figure the peer (its simulator included, the host's
+    venue not)."""
+    rows: list[Row] = []
+    for rate in rates:
+        at = dataclasses.replace(size, rate=rate, window_s=min(size.window_s, 10))
+        node: list[Outcome] = []
+        hosts: dict[int, list[Outcome]] = {n: [] for n in writers}
+        for k in range(at.repeats):
+            log(f"  --rate {rate:,}, no terminal: run {k + 1} of {at.repeats} (load {_load()})")
+            node.append(measure(at, 0, "1 process idle", log))
+            for n in writers:
+                hosts[n].append(measure(at, 0, f"host idle, {n} writers", log, n))
+        node_ms = [1e6 * o.server_cpu / o.ticks_per_s for o in node if o.ticks_per_s]
+        peer = f"1 process idle, --rate {rate:,}"
+        if node_ms:
+            med, lo, hi = median_min_max(node_ms)
+            rows.append(row("host: ingest CPU per 1,000 ticks", peer, med, "ms", lo=lo, hi=hi,
+                            ratio=1.0, peer=peer,
+                            note="monotape run --writers 0, nobody connected: its whole CPU "
+                            "(simulator included) / ticks admitted; admitted ticks/s "
+                            + " / ".join(f"{o.ticks_per_s:,.0f}" for o in node)
+                            + "; " + _common(node, at)))  # fmt: skip
+        for n, runs in hosts.items():
+            tag = f"host idle, {n} writers, 0 terminals, --rate {rate:,}"
+            host_rows = _host_rows(runs, tag, "no terminal: ingest alone; " + _common(runs, at))
+            if node_ms:  # the ingest row against the node's
+                node_med = median_min_max(node_ms)[0]
+                host_rows = [
+                    dataclasses.replace(r, ratio=r.value / node_med, peer=peer)
+                    if r.benchmark == "host: ingest CPU per 1,000 ticks" and r.value
+                    else r
+                    for r in host_rows
+                ]
+            rows += host_rows
+    return rows
+
+
 def _load() -> str:
     return " ".join(f"{v:.2f}" for v in os.getloadavg())
 
 
 def run(
-    quick: bool = False, writers: Sequence[int] = (), rates: Sequence[int] = (), terminals: int = 0
+    quick: bool = False,
+    writers: Sequence[int] = (),
+    rates: Sequence[int] = (),
+    terminals: int = 0,
+    ingest_only: bool = False,
 ) -> list[Row]:
     """``writers`` empty: the node against its 420-terminal peer; writer counts: the host with
-    each against the node."""
+    each against the node (``ingest_only``: with no terminal, ingest's CPU alone)."""
     raise_nofile()  # the server inherits it: 4,200 sockets
 
     def log(message: str) -> None:
@@ -863,6 +909,8 @@ def run(
 
     if writers:
         size = QUICK_HOST if quick else FULL
+        if ingest_only:
+            return ingest(size, writers, log, rates or [size.rate])
         if terminals:
             size = dataclasses.replace(size, terminals=terminals)
         return compare(size, writers, log, rates)
@@ -908,6 +956,12 @@ def main() -> None:
         "holds on a busy box, for clean per-unit CPU costs",
     )
     parser.add_argument(
+        "--ingest-only",
+        action="store_true",
+        help="with --writers: no terminal, only ingest's CPU per role and per 1,000 ticks, the "
+        "host against the one-process node at each rate (default rate 120000; quick 20000)",
+    )
+    parser.add_argument(
         "--no-lag-shedding",
         action="store_true",
         help="servers admit upgrades while their loop runs late (no 503s): on a busy box the "
@@ -927,7 +981,9 @@ def main() -> None:
         parser.error("--rates: each rate must be positive")
     if any(not 1 <= n <= 16 for n in writers):
         parser.error("--writers: each count must be 1-16 (the frame ring's reader slots)")
-    print_rows(run(args.quick, writers, rates, args.terminals))
+    if args.ingest_only and not writers:
+        parser.error("--ingest-only needs --writers N (the host to measure)")
+    print_rows(run(args.quick, writers, rates, args.terminals, args.ingest_only))
 
 
 if __name__ == "__main__":

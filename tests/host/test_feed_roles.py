@@ -208,14 +208,23 @@ def test_a_handler_the_host_did_not_plan_exits_2_saying_so(
     assert (said[0]["planned"] == []) is replay  # a replay plans no handler at all
 
 
+class TickingClock(FakeClock):
+    """A clock that moves 1 µs at every read, as a real one does between two handlers' drains."""
+
+    def now_ns(self) -> int:
+        self._now += 1_000
+        return self._now
+
+
 async def test_one_process_runs_every_venues_a_handler_as_one_batch_per_wake(
     run_dir: Path,
 ) -> None:
     """The A side of the host: both venues' A handlers in one FeedGroup, one gate, one bus.
-    A pump publishes what every handler has due as one batch; the timer is for the earliest
-    head of them; a handler that fails is counted and the other venue still publishes."""
+    A pump publishes what every handler has due as one batch, stamped decoded at one time (the
+    sequencer records a batch of one stamp as one run); the timer is for the earliest head of
+    them; a handler that fails is counted and the other venue still publishes."""
     cfg = _cfg(run_dir)
-    clock = FakeClock()
+    clock = TickingClock()
     venue = VenueRole(_spec(run_dir, "venue"), cfg, clock)
     plans = find_plans(cfg, "", "A")
     assert [p.venue for p in plans] == sorted({p.venue for p in handler_plans(cfg)})
@@ -246,9 +255,10 @@ async def test_one_process_runs_every_venues_a_handler_as_one_batch_per_wake(
         assert len(bus.batches) == 1  # one publish for both venues
         assert {t.venue for t in bus.batches[0]} == {p.venue for p in plans}
         assert {t.handler for t in bus.batches[0]} == {"A"}
+        assert len({t.decoded_ns for t in bus.batches[0]}) == 1  # one stamp for the batch
         assert group.published == sum(sent.values()) and group.next_due_ns() is None
 
-        def broken() -> list[Tick]:
+        def broken(now: int | None = None) -> list[Tick]:
             raise RuntimeError("a bad venue")
 
         roles[0].due = broken  # type: ignore[method-assign]
@@ -289,7 +299,7 @@ async def test_a_handler_whose_step_keeps_raising_does_not_spin_the_process(
     group.start()
     pumps = 0
 
-    def broken() -> list[Tick]:
+    def broken(now: int | None = None) -> list[Tick]:
         nonlocal pumps
         pumps += 1
         raise RuntimeError("a bad venue")
@@ -330,7 +340,7 @@ def test_when_the_bus_takes_only_the_first_part_of_each_batch_no_venue_starves(
     group = FeedGroup(roles, bus, clock)  # type: ignore[arg-type]
     for n, role in enumerate(roles):
         due = [Tick(n, role.plan.venue, 1, s, 0, 100, 101, 100, 1) for s in range(1, 11)]
-        role.due = lambda due=due: list(due)  # type: ignore[method-assign,misc]
+        role.due = lambda now=None, due=due: list(due)  # type: ignore[method-assign,misc]
     for _ in range(2 * len(roles)):
         assert group.pump() == 10 * len(roles)
     through = {p.venue: sum(t.venue == p.venue for t in bus.kept) for p in plans}

@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from monotape.platform.bus.nats_codec import TickCodec, WireTick
 from monotape.platform.model import Tick
 from monotape.platform.wire import records
 from monotape.platform.wire.records import python_encode_delta_record, python_encode_full_record
@@ -92,9 +93,65 @@ def test_valid_or_not_both_twins_agree(base: Tick, new: Tick) -> None:
 
 
 class Subtick(Tick):
-    """A subclass (it may add fields): the C reads only exact Ticks and hands this on."""
+    """A subclass that adds a field: the C reads its Tick fields where Tick's are (kin)."""
 
     note: str = ""
+
+
+class Looked(Tick):
+    """A subclass whose attribute lookup is its own: what it reads is not the slots, so the C
+    hands it to the reference."""
+
+    def __getattribute__(self, name: str) -> Any:
+        value = super().__getattribute__(name)
+        return value + 1 if name == "bid" else value
+
+
+class Spy:
+    """A reference encoder that counts its calls."""
+
+    def __init__(self, fn: Any) -> None:
+        self.fn = fn
+        self.calls = 0
+
+    def __call__(self, *args: Any) -> bytes:
+        self.calls += 1
+        out: bytes = self.fn(*args)
+        return out
+
+
+@needs_native
+def test_subclasses_that_read_like_tick_are_encoded_natively() -> None:
+    """The bus codec's WireTick (every tick the host's sequencer encodes) and a subclass that
+    adds a field are read in C; a subclass with its own attribute lookup, or one whose type
+    changed since it was admitted, goes to the reference, which reads what Python reads."""
+    assert NATIVE is not None
+    full, delta = Spy(records._encode_full_checked), Spy(records._encode_delta_checked)
+    NATIVE.bind(Tick, full, delta)
+    try:
+        codec = TickCodec()
+        plain = tick(7, 1, 1_000, 100, 101, 100, 5)
+        wire = codec.decode(codec.encode([plain, tick(7, 1, 1_003, 99, 102, 101, 3)]))
+        assert type(wire[0]) is WireTick
+        sub = Subtick(**{f: getattr(plain, f) for f in Tick.__struct_fields__}, note="x")
+        for t in (*wire, sub):
+            assert NATIVE.encode_full_record(t) == python_encode_full_record(t)
+        assert NATIVE.encode_delta_record(*wire) == python_encode_delta_record(*wire)
+        assert (full.calls, delta.calls) == (0, 0)  # all in C
+        looked = Looked(**{f: getattr(plain, f) for f in Tick.__struct_fields__})
+        assert NATIVE.encode_full_record(looked) == python_encode_full_record(looked)
+        assert NATIVE.encode_full_record(looked) != NATIVE.encode_full_record(plain)  # bid + 1
+        assert full.calls == 2
+        # a type changed after it was admitted is looked at again: a property now shadows bid
+        Shifted = type("Shifted", (Tick,), {})
+        shifted = Shifted(**{f: getattr(plain, f) for f in Tick.__struct_fields__})
+        assert NATIVE.encode_full_record(shifted) == python_encode_full_record(plain)
+        calls = full.calls
+        setattr(Shifted, "bid", property(lambda self: 12345))  # noqa: B010
+        assert NATIVE.encode_full_record(shifted) == python_encode_full_record(shifted)
+        assert full.calls == calls + 1 and shifted.bid == 12345
+    finally:
+        NATIVE.bind(Tick, records._encode_full_checked, records._encode_delta_checked)
 
 
 def _likes(t: Tick) -> list[Any]:

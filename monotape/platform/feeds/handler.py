@@ -167,12 +167,16 @@ class FeedHandler:
         self._pending.append((self._clock.now_ns() + self.lag_ns, batch))
         self._pending_count += len(batch)
 
-    def drain_due(self) -> list[Tick]:
-        """Normalize every update whose due time has passed, in venue order."""
+    def drain_due(self, now: int | None = None) -> list[Tick]:
+        """Normalize every update whose due time has passed, in venue order, stamped decoded
+        at ``now`` (default: the clock's now). A feed process drains all its handlers at one
+        ``now``, so its bus batch carries one stamp and the sequencer records it as one run
+        (core/stamps.py), not a run per tick."""
         pending = self._pending
         if not pending:
             return []
-        now = self._clock.now_ns()
+        if now is None:
+            now = self._clock.now_ns()
         out: list[Tick] = []
         records = self._records
         newest_fence = records[-1].fence_ts_ns if records else 0

@@ -140,15 +140,16 @@ class HandlerRole:
             # the default rate).
             self.on_head()
 
-    def due(self) -> list[Tick]:
-        """What is due now (not yet published); the twin's epoch bumps are picked up every
-        10 ms."""
-        now = self.clock.now_ns()
+    def due(self, now: int | None = None) -> list[Tick]:
+        """What is due at ``now`` (default: the clock's now; not yet published); the twin's
+        epoch bumps are picked up every 10 ms."""
+        if now is None:
+            now = self.clock.now_ns()
         if now >= self._next_epoch_check:
             self._next_epoch_check = now + EPOCH_CHECK_NS
             if self._epochs_changed():
                 self.handler.refresh_epochs()
-        ticks = self.handler.drain_due()
+        ticks = self.handler.drain_due(now)
         self.published += len(ticks)
         return ticks
 

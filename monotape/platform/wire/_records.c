@@ -12,8 +12,9 @@
    (issue 13). bench_codec measures this file against the Python fast path it shadows: 0.08-0.17
    against 1.9-2.5 us a record (docs/benchmarks.md).
 
-   What it covers: ticks of exactly the bound type whose int fields are exact ints in the int64
-   range, with a uint16 iid, non-negative epochs, seqs and sizes and, for a delta, the same iid
+   What it covers: ticks of the bound type, or of a subclass that reads its fields the same way
+   (kin(), below: the bus codec decodes into one, msgspec's WireTick), whose int fields are exact
+   ints in the int64 range, with a uint16 iid, non-negative epochs, seqs and sizes and, for a delta, the same iid
    and a seq that does not go below its base in the same epoch. That is every valid tick a
    feed handler emits. Anything else (a value only uint64 holds, a wrong type, an unset field,
    an invalid value) is handed to the bound Python reference encoder, which gives the same bytes
@@ -48,14 +49,73 @@ static const char *const FIELD_NAMES[F_COUNT] = {"iid", "epoch", "seq", "bid",
 /* Set by bind() (records.py, at import); before it, an encode raises RuntimeError. */
 static PyTypeObject *tick_type = NULL;
 static Py_ssize_t offsets[F_COUNT];
+static PyObject *descrs[F_COUNT]; /* tick_type's member descriptors, one per field */
+static PyObject *names[F_COUNT];  /* the field names, interned */
 static PyObject *full_checked = NULL;
 static PyObject *delta_checked = NULL;
+
+/* Subclasses found to read like the bound type, each with the version tag it had when checked
+   (a change to the type, or to a base, gives it a new one: then it is checked again). */
+#define KIN_MAX 4
+static PyTypeObject *kin_types[KIN_MAX];
+static unsigned int kin_tags[KIN_MAX];
+static int kin_count = 0;
+
+static void
+forget_kin(void)
+{
+    for (int i = 0; i < kin_count; i++) {
+        Py_CLEAR(kin_types[i]);
+    }
+    kin_count = 0;
+}
+
+/* A subclass reads like the bound type when a field's slot sits where the base's does (a
+   subclass only ever appends to its base's layout) and holds what the reference reads:
+   attribute lookup is the base's, and every field still resolves to the base's own member
+   descriptor (no property, no slot of its own in front of it). The sequencer's ticks are
+   these: the bus codec decodes into msgspec's WireTick, which adds nothing to Tick; with
+   exact types only, every record of the host went to the Python reference (issue 12). */
+static int
+kin(PyTypeObject *type)
+{
+    int free_slot = -1;
+    for (int i = 0; i < kin_count; i++) {
+        if (kin_types[i] == type) {
+            if ((type->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG) &&
+                type->tp_version_tag == kin_tags[i]) {
+                return 1;
+            }
+            free_slot = i; /* changed since: check it again, in its own place */
+        }
+    }
+    if (!PyType_IsSubtype(type, tick_type) || type->tp_getattro != tick_type->tp_getattro) {
+        return 0;
+    }
+    for (int f = 0; f < F_COUNT; f++) {
+        if (_PyType_Lookup(type, names[f]) != descrs[f]) { /* borrowed; assigns a version tag */
+            return 0;
+        }
+    }
+    if (!(type->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG)) {
+        return 1; /* no tag to remember it by: checked at every call */
+    }
+    if (free_slot < 0 && kin_count < KIN_MAX) {
+        Py_INCREF(type);
+        free_slot = kin_count++;
+        kin_types[free_slot] = type;
+    }
+    if (free_slot >= 0) {
+        kin_tags[free_slot] = type->tp_version_tag;
+    }
+    return 1;
+}
 
 /* The tick's int fields as int64s; 0 when this is not the common case (the reference decides). */
 static int
 read_tick(PyObject *tick, int64_t out[F_COUNT])
 {
-    if (!Py_IS_TYPE(tick, tick_type)) {
+    if (!Py_IS_TYPE(tick, tick_type) && !kin(Py_TYPE(tick))) {
         return 0;
     }
     for (int f = 0; f < F_COUNT; f++) {
@@ -211,6 +271,7 @@ bind(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
     }
     PyTypeObject *type = (PyTypeObject *)args[0];
     Py_ssize_t found[F_COUNT];
+    PyObject *found_descrs[F_COUNT];
     for (int f = 0; f < F_COUNT; f++) {
         /* the type's own member descriptor: an object slot inside every instance */
         PyObject *d = PyDict_GetItemString(type->tp_dict, FIELD_NAMES[f]); /* borrowed */
@@ -228,14 +289,31 @@ bind(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
             return NULL;
         }
         found[f] = def->offset;
+        found_descrs[f] = d;
     }
-    /* exact-type reads only (Py_IS_TYPE): a subclass, which may add slots, takes the reference */
+    PyObject *found_names[F_COUNT];
+    for (int f = 0; f < F_COUNT; f++) {
+        found_names[f] = PyUnicode_InternFromString(FIELD_NAMES[f]);
+        if (found_names[f] == NULL) {
+            for (int g = 0; g < f; g++) {
+                Py_DECREF(found_names[g]);
+            }
+            return NULL;
+        }
+    }
+    /* the type read natively, and subclasses of it only as kin() admits them */
+    forget_kin();
     Py_INCREF(args[0]);
     Py_INCREF(args[1]);
     Py_INCREF(args[2]);
     Py_XSETREF(tick_type, type);
     Py_XSETREF(full_checked, args[1]);
     Py_XSETREF(delta_checked, args[2]);
+    for (int f = 0; f < F_COUNT; f++) {
+        Py_INCREF(found_descrs[f]);
+        Py_XSETREF(descrs[f], found_descrs[f]);
+        Py_XSETREF(names[f], found_names[f]);
+    }
     memcpy(offsets, found, sizeof(offsets));
     Py_RETURN_NONE;
 }
