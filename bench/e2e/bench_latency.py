@@ -70,7 +70,11 @@ so). For the host the bench reads, besides the node's figures:
 (frame, terminal) from the frame's publish to its hand-off to the kernel, so its tail is the
 last write of a frame (the load client reads every 0.2 s, too coarse for a client-side spread).
 
-    .venv/bin/python -m bench.e2e.bench_latency [--quick] [--writers N]
+``--writers N --ingest-only``: no terminal, no fan-out; per rate, the one-process node and the
+host alternated (3 runs, 10 s windows): CPU per role and ingest per 1,000 admitted ticks, the
+host's figure with the node's as its peer (the node's includes its simulator).
+
+    .venv/bin/python -m bench.e2e.bench_latency [--quick] [--writers N] [--ingest-only]
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ reads gives the same counts, and every ping is answered with its own payload."""
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -220,3 +221,20 @@ def test_latency_bench_measures_a_host_beside_the_node(monkeypatch: pytest.Monke
         "host: longest gen-2 pause of any process",
         "host: CPU of the writer role",
     } <= names
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["--ingest-only"], "--ingest-only needs --writers N"),
+        (["--writers", "0", "--ingest-only"], "each count must be 1-16"),
+    ],
+)
+def test_ingest_only_is_refused_without_a_host_to_measure(
+    argv: list[str], said: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(sys, "argv", ["bench_latency", *argv])
+    with pytest.raises(SystemExit) as exc:
+        bench_latency.main()
+    assert exc.value.code == 2
+    assert said in capsys.readouterr().err
