@@ -63,7 +63,7 @@ class FeedGroup:
         self._turn += 1
         # One decoded stamp for the whole batch: the sequencer records a batch whose ends share
         # a stamp as one run, and took a batch of six venues' drains (six stamps) apart tick by
-        # tick (measured: ~8% of the sequencer's CPU at 120k ticks/s).
+        # tick (~10% of the sequencer's CPU at 120k ticks/s, by py-spy; docs/benchmarks.md).
         now = self.clock.now_ns()
         for role in roles[first:] + roles[:first]:
             try:
