@@ -870,9 +870,10 @@ def ingest(
                 hosts[n].append(measure(at, 0, f"host idle, {n} writers", log, n))
         node_ms = [1e6 * o.server_cpu / o.ticks_per_s for o in node if o.ticks_per_s]
         peer = f"1 process idle, --rate {rate:,}"
+        node_med = 0.0
         if node_ms:
-            med, lo, hi = median_min_max(node_ms)
-            rows.append(row("host: ingest CPU per 1,000 ticks", peer, med, "ms", lo=lo, hi=hi,
+            node_med, lo, hi = median_min_max(node_ms)
+            rows.append(row("host: ingest CPU per 1,000 ticks", peer, node_med, "ms", lo=lo, hi=hi,
                             ratio=1.0, peer=peer,
                             note="monotape run --writers 0, nobody connected: its whole CPU "
                             "(simulator included) / ticks admitted; admitted ticks/s "
@@ -881,8 +882,7 @@ def ingest(
         for n, runs in hosts.items():
             tag = f"host idle, {n} writers, 0 terminals, --rate {rate:,}"
             host_rows = _host_rows(runs, tag, "no terminal: ingest alone; " + _common(runs, at))
-            if node_ms:  # the ingest row against the node's
-                node_med = median_min_max(node_ms)[0]
+            if node_med:  # the ingest row against the node's
                 host_rows = [
                     dataclasses.replace(r, ratio=r.value / node_med, peer=peer)
                     if r.benchmark == "host: ingest CPU per 1,000 ticks" and r.value

@@ -13,13 +13,14 @@
    against 1.9-2.5 us a record (docs/benchmarks.md).
 
    What it covers: ticks of the bound type, or of a subclass that reads its fields the same way
-   (kin(), below: the bus codec decodes into one, msgspec's WireTick), whose int fields are exact
-   ints in the int64 range, with a uint16 iid, non-negative epochs, seqs and sizes and, for a delta, the same iid
-   and a seq that does not go below its base in the same epoch. That is every valid tick a
-   feed handler emits. Anything else (a value only uint64 holds, a wrong type, an unset field,
-   an invalid value) is handed to the bound Python reference encoder, which gives the same bytes
-   or the ValueError that names the field. So the output is byte for byte the reference's in
-   every case; tests/wire/test_records_native.py checks it with hypothesis.
+   (kin(), below: the bus codec decodes into one, msgspec's WireTick), whose int fields are
+   exact ints in the int64 range, with a uint16 iid, non-negative epochs, seqs and sizes and,
+   for a delta, the same iid and a seq that does not go below its base in the same epoch. That
+   is every valid tick a feed handler emits. Anything else (a value only uint64 holds, a wrong
+   type, an unset field, an invalid value) is handed to the bound Python reference encoder,
+   which gives the same bytes or the ValueError that names the field. So the output is byte
+   for byte the reference's in every case; tests/wire/test_records_native.py checks it with
+   hypothesis.
 
    The layout (one record: iid uint16 LE, flags, version, zigzag prices, size):
      full   iid flags epoch seq zz(bid) zz(ask) zz(last) size
