@@ -110,3 +110,167 @@ def test_a_tick_from_the_wire_reads_the_same() -> None:
     expected = [t.venue_ts_ns for t in ticks]
     for impl in IMPLS.values():
         assert np.frombuffer(impl(ticks, VENUE_TS), np.int64).tolist() == expected
+
+
+# -- in_range_prefix: the tick gate's fast test over a batch ---------------------------------
+PrefixFn = Callable[..., int]
+PREFIX_IMPLS: dict[str, PrefixFn] = {"python": fields.python_in_range_prefix}
+if NATIVE is not None:
+    PREFIX_IMPLS["native"] = (
+        load_sanitized("sanitized._fields", SANITIZED_BUILD).in_range_prefix
+        if SANITIZED_BUILD
+        else fields.in_range_prefix
+    )
+D = Tick.__dict__
+SIGNED = tuple(D[n] for n in ("bid", "ask", "last", "venue_ts_ns", "decoded_ns", "admitted_ns"))
+UNSIGNED = tuple(D[n] for n in ("epoch", "seq", "size"))
+TABLE: tuple[str | None, ...] = ("XNAS", "XNAS", None, "XNYS")
+GATE = (TABLE, D["iid"], D["venue"], SIGNED, UNSIGNED)
+
+
+def carried_count(items: list[Any]) -> int:
+    """The reference: where the gate's own Python test (``validate.carried``) first fails."""
+    from monotape.platform.feeds.validate import carried
+
+    for i, t in enumerate(items):
+        signed = t.bid | t.ask | t.last | t.venue_ts_ns | t.decoded_ns | t.admitted_ns
+        if not carried(t.iid, t.venue, signed, t.epoch | t.seq | t.size, TABLE):
+            return i
+    return len(items)
+
+
+def test_the_native_prefix_is_built() -> None:
+    if NATIVE is None:
+        pytest.skip("monotape.platform.core._fields not built (no C compiler at install)")
+    assert PREFIX_IMPLS["native"] is not fields.python_in_range_prefix
+    assert fields.in_range_prefix is not fields.python_in_range_prefix
+
+
+EDGES = st.sampled_from([0, 1, -1, 2**63 - 1, 2**63, 2**64 - 1, 2**64, -(2**63), 10**18])
+FIELD = st.one_of(EDGES, st.integers(0, 2**40))
+gate_ticks = st.builds(
+    Tick,
+    iid=st.sampled_from([-1, 0, 1, 2, 3, 4, 2**63]),
+    venue=st.sampled_from(["XNAS", "XNYS", "EVIL"]),
+    epoch=FIELD,
+    seq=FIELD,
+    venue_ts_ns=FIELD,
+    bid=FIELD,
+    ask=FIELD,
+    last=FIELD,
+    size=FIELD,
+    handler=st.just("A"),
+    decoded_ns=FIELD,
+    admitted_ns=FIELD,
+)
+# mostly clean ticks, so the prefixes get long before the edge that ends them
+clean_ticks = st.builds(
+    Tick,
+    iid=st.sampled_from([0, 1]),
+    venue=st.just("XNAS"),
+    epoch=st.integers(0, 9),
+    seq=st.integers(0, 2**40),
+    venue_ts_ns=st.integers(0, 2**62),
+    bid=st.integers(0, 10**6),
+    ask=st.integers(0, 10**6),
+    last=st.integers(0, 10**6),
+    size=st.integers(0, 10**4),
+    handler=st.just("A"),
+)
+
+
+@pytest.mark.parametrize("impl", PREFIX_IMPLS)
+@given(batch=st.lists(st.one_of(clean_ticks, clean_ticks, gate_ticks), max_size=40))
+def test_the_prefix_is_where_the_gate_test_first_fails(impl: str, batch: list[Tick]) -> None:
+    assert PREFIX_IMPLS[impl](batch, *GATE) == carried_count(batch)
+    assert PREFIX_IMPLS[impl](tuple(batch), *GATE) == carried_count(batch)
+
+
+@pytest.mark.parametrize("impl", PREFIX_IMPLS)
+def test_ticks_from_the_wire_are_read_natively_too(impl: str) -> None:
+    """The sequencer's ticks are the bus codec's WireTicks (a Tick subclass): read in full."""
+    from monotape.platform.bus.nats_codec import TickCodec
+
+    codec = TickCodec()
+    sent = [Tick(i % 2, "XNAS", 1, 10 + i, 10**18, 5, 6, 5, 1, "A", 7) for i in range(64)]
+    got = codec.decode(codec.encode(sent))
+    assert type(got[0]) is not Tick
+    assert PREFIX_IMPLS[impl](got, *GATE) == 64
+    got[40] = Tick(0, "XNYS", 1, 1, 1, 1, 1, 1, 1)  # listed on XNAS
+    assert PREFIX_IMPLS[impl](got, *GATE) == 40
+
+
+class Plain(Tick):
+    """A subclass that reads every field as Tick does."""
+
+
+class Shadowed(Tick):
+    """A property in front of the ``bid`` slot: a slot read would not be what Python reads."""
+
+
+Shadowed.bid = property(lambda self: 2**63)  # type: ignore[assignment]
+
+
+class OwnLookup(Tick):
+    def __getattribute__(self, name: str) -> Any:
+        return super().__getattribute__(name)
+
+
+class Fallback(Tick):
+    def __getattr__(self, name: str) -> Any:
+        return 0
+
+
+def fields_of(cls: type[Tick], **over: Any) -> Tick:
+    values: dict[str, Any] = {
+        "iid": 0, "venue": "XNAS", "epoch": 1, "seq": 2, "venue_ts_ns": 3, "bid": 4, "ask": 5,
+        "last": 4, "size": 1,
+    }  # fmt: skip
+    values.update(over)
+    return cls(**values)
+
+
+@pytest.mark.parametrize("impl", PREFIX_IMPLS)
+@pytest.mark.parametrize(
+    ("stopper", "why"),
+    [
+        (fields_of(Shadowed), "a property in front of a field"),
+        (fields_of(OwnLookup), "its own __getattribute__"),
+        (fields_of(Fallback), "its own __getattr__"),
+        (fields_of(Tick, bid=True), "a bool: carried() takes it, the scan leaves it to carried()"),
+        (fields_of(Tick, venue=None), "not a str"),
+        (fields_of(Tick, iid=2, venue=None), "not in the table (None == None is no venue)"),
+        (Slots(1), "not a Tick at all"),
+    ],
+)
+def test_the_scan_stops_where_it_cannot_vouch(impl: str, stopper: Any, why: str) -> None:
+    batch = [fields_of(Tick), fields_of(Plain), stopper, fields_of(Tick)]
+    assert PREFIX_IMPLS[impl](batch, *GATE) == 2, why
+
+
+@pytest.mark.parametrize("impl", PREFIX_IMPLS)
+def test_a_type_changed_after_a_scan_is_looked_at_again(impl: str) -> None:
+    class Later(Tick):
+        pass
+
+    batch = [fields_of(Later) for _ in range(3)]
+    assert PREFIX_IMPLS[impl](batch, *GATE) == 3
+    Later.ask = property(lambda self: -1)  # type: ignore[assignment]
+    assert PREFIX_IMPLS[impl](batch, *GATE) == 0
+
+
+PREFIX_BAD: list[tuple[str, tuple[Any, ...]]] = [
+    ("a list for the table", ([], list(TABLE), D["iid"], D["venue"], SIGNED, UNSIGNED)),
+    ("a list of fields", ([], TABLE, D["iid"], D["venue"], list(SIGNED), UNSIGNED)),
+    ("a name, not a descriptor", ([], TABLE, "iid", D["venue"], SIGNED, UNSIGNED)),
+    ("another type's field", ([], TABLE, D["iid"], Slots.__dict__["a"], SIGNED, UNSIGNED)),
+    ("too many fields", ([], TABLE, D["iid"], D["venue"], SIGNED * 3, UNSIGNED)),
+    ("not a sequence", (5, TABLE, D["iid"], D["venue"], SIGNED, UNSIGNED)),
+]
+
+
+@pytest.mark.parametrize("impl", PREFIX_IMPLS)
+@pytest.mark.parametrize("args", [b[1] for b in PREFIX_BAD], ids=[b[0] for b in PREFIX_BAD])
+def test_wrong_arguments_are_a_type_error(impl: str, args: tuple[Any, ...]) -> None:
+    with pytest.raises(TypeError):
+        PREFIX_IMPLS[impl](*args)

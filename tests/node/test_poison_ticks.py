@@ -25,6 +25,8 @@ from nats.aio.msg import Msg
 from monotape.clock import FakeClock
 from monotape.log import Throttle
 from monotape.platform.bus.nats_bus import NatsTickBus
+from monotape.platform.core import fields
+from monotape.platform.feeds import validate
 from monotape.platform.feeds.epochs import MemoryEpochStore
 from monotape.platform.feeds.handler import FeedHandler
 from monotape.platform.feeds.simulator import VenueUpdate
@@ -186,6 +188,25 @@ def test_any_tick_the_gate_admits_encodes(base: Tick, new: Tick) -> None:
         delta = codec.decode_record(codec.encode_delta_record(base, new))
         full = (base.bid, base.ask, base.last)
         assert codec.apply_record(full, delta) == (new.bid, new.ask, new.last)
+
+
+def _no_prefix(*_: Any) -> int:
+    return 0  # the gate's own Python test from the first tick
+
+
+@settings(max_examples=300, deadline=None)
+@given(batch=st.lists(st.one_of(st.builds(good, seq=st.integers(0, 99)), ticks), max_size=12))
+def test_the_gate_answers_the_same_with_or_without_its_native_pass(batch: list[Tick]) -> None:
+    """``admit`` lets ``in_range_prefix`` (C when built) vouch for a leading run and decides
+    the rest in Python: the same ticks kept, the same refusals counted, whichever scan ran."""
+    answers = []
+    for prefix in (fields.in_range_prefix, fields.python_in_range_prefix, _no_prefix):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(validate, "in_range_prefix", prefix)
+            g = gate()
+            kept = g.admit(batch, "property")
+            answers.append(([id(t) for t in kept], kept is batch, dict(g.rejected)))
+    assert answers[0] == answers[1] == answers[2]
 
 
 # -- the feed handler as a door ------------------------------------------------------------

@@ -27,6 +27,7 @@ import enum
 from collections.abc import Callable, Iterable, Sequence
 
 from monotape.log import LOG_EVERY_S, LogFn, Throttle, log_event
+from monotape.platform.core.fields import in_range_prefix
 from monotape.platform.model import Instrument, Tick
 
 __all__ = ["UNKNOWN_VENUE", "WIRE_IIDS", "Refusal", "TickGate", "carried", "tick_problem"]
@@ -69,6 +70,18 @@ def carried(
     if venue_of is None:
         return 0 <= iid < WIRE_IIDS
     return 0 <= iid < len(venue_of) and venue_of[iid] == venue
+
+
+# ``carried``'s fields for ``in_range_prefix``: (iid, venue, the signed ones, the unsigned ones)
+_CARRIED_FIELDS = (
+    Tick.__dict__["iid"],
+    Tick.__dict__["venue"],
+    tuple(
+        Tick.__dict__[name]
+        for name in ("bid", "ask", "last", "venue_ts_ns", "decoded_ns", "admitted_ns")
+    ),
+    tuple(Tick.__dict__[name] for name in ("epoch", "seq", "size")),
+)
 
 
 def tick_problem(tick: Tick, venue_of: Sequence[str | None] | None) -> tuple[Refusal, str] | None:
@@ -130,9 +143,18 @@ class TickGate:
 
     def admit(self, ticks: Sequence[Tick], where: str) -> Sequence[Tick]:
         """``ticks`` minus the ones the pipeline cannot carry (the same object when all pass:
-        the common case costs one pass of comparisons, no copy)."""
+        the common case costs one pass of comparisons, no copy).
+
+        The pass is native where it can be (``in_range_prefix``, the same test in C: this loop
+        in Python was ~13% of the host sequencer's CPU at 120k ticks/s); from the first tick
+        it does not vouch for, this Python test decides, so the answer is the same either way.
+        """
         venue_of = self.venue_of
-        for t in ticks:
+        start = in_range_prefix(ticks, venue_of, *_CARRIED_FIELDS)
+        if start == len(ticks):
+            return ticks
+        for i in range(start, len(ticks)):
+            t = ticks[i]
             if carried(
                 t.iid,
                 t.venue,
