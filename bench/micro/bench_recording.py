@@ -1,8 +1,9 @@
 """Pipeline throughput with stage recording on vs off, in the same run (issue: ≤ 5% loss).
 
 The in-process pipeline without sockets, driven by a fake clock so both variants see exactly
-the same ticks: simulator -> both feed handlers of every venue (drift included) -> sequencer
-lanes -> a 40 ms frame with every changed record encoded once. "on" stamps every tick at decode,
+the same ticks: simulator -> both feed handlers of every venue (drift included), drained at one
+time each 1 ms step as the node's pump does -> sequencer lanes -> a 40 ms frame with every
+changed record encoded once. "on" stamps every tick at decode,
 sequence, conflate and encode through ``StageStamps`` (whole batches, struct of arrays, into HDR
 histograms), and closes each frame as the node does, with ``framed`` (given the frame's record
 count) and ``written``: three write latencies and every changed instrument written, so
@@ -71,14 +72,17 @@ def _pipeline_cpu(seconds: float, rate: float, stamping: bool) -> tuple[float, i
         for venue, batch in per_venue.items():
             for h in by_venue[venue]:
                 h.on_venue(batch)
+        # as the node's pump does (node/pipeline.py): every handler drained at one time, one
+        # batch stamped and admitted per step
+        now = clock.now_ns()
+        ticks = []
         for h in handlers:
-            ticks = h.drain_due()
-            if not ticks:
-                continue
+            ticks += h.drain_due(now)
+        if ticks:
             delivered += len(ticks)
             if stamping:
                 stamps.decoded(ticks)
-            applied = sequencer.on_ticks(ticks, clock.now_ns())
+            applied = sequencer.on_ticks(ticks, now)
             if stamping and applied:
                 stamps.admitted(applied)
         if clock.now_ns() >= next_frame:

@@ -31,9 +31,16 @@ class DueHandler:
 
     venue: str
     due: list[list[Tick]] = field(default_factory=list)
+    drained_at: list[int | None] = field(default_factory=list)
 
-    def drain_due(self) -> list[Tick]:
+    def drain_due(self, now: int | None = None) -> list[Tick]:
+        self.drained_at.append(now)
         return self.due.pop(0) if self.due else []
+
+
+class BrokenHandler(DueHandler):
+    def drain_due(self, now: int | None = None) -> list[Tick]:
+        raise RuntimeError("a handler's bug")
 
 
 def _tick(iid: int, seq: int, clock: FakeClock) -> Tick:
@@ -79,6 +86,39 @@ def test_pump_moves_due_ticks_through_the_bus_into_the_sequencer() -> None:
     current = p.sequencer.current(1)
     assert current is not None and current.seq == 1
     assert dict(p.by_venue) == {"XA": twins}
+
+
+def test_a_pump_drains_every_handler_at_one_time_into_one_batch() -> None:
+    """One bus batch and one decoded stamp per step, whatever the number of handlers: the
+    sequencer and the stage recorder pay their per-call cost once a millisecond."""
+    clock = FakeClock()
+    handlers = [DueHandler("XA", [[_tick(i, 1, clock)]]) for i in range(3)]
+    p = _pipeline(handlers, clock)
+    batches: list[list[int]] = []
+    p.bus.subscribe(lambda ticks: batches.append([t.iid for t in ticks]))
+    stamped: list[int] = []
+    real = p.stamps.decoded
+
+    def decoded(ticks: Sequence[Tick]) -> None:
+        stamped.append(len(ticks))
+        real(ticks)
+
+    p.stamps.decoded = decoded  # type: ignore[method-assign]
+    p.pump()
+    assert batches == [[0, 1, 2]]
+    assert stamped == [3]
+    assert {h.drained_at[0] for h in handlers} == {clock.now_ns()}
+
+
+def test_a_handler_that_raises_costs_the_others_nothing() -> None:
+    clock = FakeClock()
+    ok = DueHandler("XA", [[_tick(0, 1, clock)]])
+    p = _pipeline([BrokenHandler("XA"), ok], clock)
+    p.pump()
+    assert p.failures.counts == {"pump": 1}
+    current = p.sequencer.current(0)
+    assert current is not None and current.seq == 1
+    assert p.decoded_ticks == 1
 
 
 def test_a_frame_carries_every_tick_admitted_since_the_last() -> None:
