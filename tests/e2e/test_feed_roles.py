@@ -5,6 +5,7 @@ comes back with a higher epoch; every process stops on SIGTERM and leaves no soc
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -16,6 +17,7 @@ import urllib.request
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any, cast
 
 import msgspec
 import pytest
@@ -169,7 +171,10 @@ async def test_venue_and_handler_processes(run_dir: Path) -> None:
             both = a.keys() & b.keys()
             assert len(both) > 100, venue
             assert all(a[k] == b[k] for k in both), venue
-        epoch_before = max(t.epoch for t in tape.by_handler[("XNAS", "B")])
+        # The epoch B bumped to at its start, from its own log line: its first ticks may still
+        # carry the one before (behind the fence), so the ticks seen so far do not say it.
+        first_start = _started(roles.log("handler-XNAS-B"), restarts=0)
+        assert first_start is not None
 
         # kill -9 one twin: the other keeps every symbol of the venue moving.
         victim = roles.procs["handler-XNAS-B"]
@@ -195,17 +200,23 @@ async def test_venue_and_handler_processes(run_dir: Path) -> None:
         # the live twin adopts too.
         roles.start(handler_spec("XNAS", "B", restarts=1))
         await until(
-            lambda: any(t.epoch > epoch_before for t in tape.by_handler[("XNAS", "B")]),
-            "the restarted twin stamps a higher epoch",
+            lambda: _started(roles.log("handler-XNAS-B"), restarts=1) is not None,
+            "the restarted twin logs its start",
+            timeout_s=60,
+        )
+        restart = _started(roles.log("handler-XNAS-B"), restarts=1)
+        assert restart is not None and restart["epoch"] > first_start["epoch"]
+        assert restart["at_once"] is False  # its twin is live: behind the fence
+        await until(
+            lambda: any(t.epoch == restart["epoch"] for t in tape.by_handler[("XNAS", "B")]),
+            "the restarted twin stamps its new epoch",
             timeout_s=60,
         )
         await until(
-            lambda: any(t.epoch > epoch_before for t in tape.by_handler[("XNAS", "A")]),
+            lambda: any(t.epoch == restart["epoch"] for t in tape.by_handler[("XNAS", "A")]),
             "the live twin adopts it",
         )
         assert not tape.went_back[:5]  # admitted in arrival order, no price ever moved back
-        log = roles.log("handler-XNAS-B")
-        assert '"restarts": 1' in log and '"process": "handler-XNAS-B"' in log
     finally:
         codes = roles.stop_all()
         bus.close()
@@ -213,6 +224,19 @@ async def test_venue_and_handler_processes(run_dir: Path) -> None:
     for name in roles.procs:
         assert "role_stopped" in roles.log(name), name
     assert not list(run_dir.glob("*.sock"))  # every end removed its socket
+
+
+def _started(log: str, restarts: int) -> dict[str, Any] | None:
+    """The ``handler_started`` event of the handler's start with this ``restarts``, if logged."""
+    for line in log.splitlines():
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue  # a line that is not an event (none expected; not this test's concern)
+        if event.get("event") == "handler_started" and event.get("restarts") == restarts:
+            assert event["process"].startswith("handler-"), event
+            return cast(dict[str, Any], event)
+    return None
 
 
 def _venue_drops(run_dir: Path) -> str:
