@@ -177,7 +177,9 @@ def test_freeze_after_warmup_records_the_frozen_count() -> None:
     mon = GcMonitor()
     try:
         frozen = mon.freeze_after_warmup()
-        assert frozen == gc.get_freeze_count() > 0
+        # A frozen object freed since (another thread of this test process: a server's loop,
+        # a client's) leaves the permanent generation; none enters it without a freeze.
+        assert 0 < gc.get_freeze_count() <= frozen
         assert mon.frozen_objects == frozen
     finally:
         gc.unfreeze()
