@@ -59,6 +59,7 @@ __all__ = [
     "PROCESS_SCRAPE_FAILURES",
     "PROCESS_UP",
     "REQUEST_ERRORS",
+    "RING_AGES_DROPPED",
     "RING_BELLS_DROPPED",
     "RING_GAPS",
     "RING_LAPS",
@@ -154,6 +155,8 @@ FEED_LAG = "monotape_feed_lag_seconds"  # {venue,handler}: the handler's delay b
 # ({writer}: the reader index). A lap or a gap sends that writer's terminals a snapshot.
 RING_PUBLISHED = "monotape_ring_published_total"
 RING_OVERSIZE = "monotape_ring_oversize_total"  # frames larger than a slot, published as gaps
+# frames published without their tick ages (with them they did not fit a slot): no tick_to_write
+RING_AGES_DROPPED = "monotape_ring_ages_dropped_total"
 RING_BELLS_DROPPED = "monotape_ring_bells_dropped_total"  # a doorbell full (reader stopped) or gone
 RING_SNAPSHOTS_REFUSED = "monotape_ring_snapshots_refused_total"  # chunk too large, iid too high
 RING_LAPS = "monotape_ring_laps_total"  # {writer}

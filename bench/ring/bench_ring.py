@@ -14,6 +14,12 @@ Also the sequencer's whole frame publish (``FramePublisher.publish_frame``: enco
 symbol's delta and full record, put the full ones in the snapshot table, publish the FRAME) for
 2,400 changed symbols, with the native record encoders against their pure-Python twins.
 
+And the frame's tick ages (docs/ring.md) for a 120k ticks/s frame (4,800 ticks of 2,400
+symbols in 60 bus batches): the sequencer's ``StageStamps.frame_ticks`` plus the bytes the
+publisher makes of them, and a writer's ``written_frame`` from the ages (2,100 terminals'
+writes, half of the frame's instruments sent: the per-tick path) against the one-process
+node's ``written`` of the same ticks and writes, which records the same values.
+
     .venv/bin/python -m bench.ring.bench_ring [--quick]
 """
 
@@ -160,6 +166,74 @@ def _publish_rows(quick: bool) -> list[Row]:
     return rows
 
 
+AGED_TICKS, AGED_BATCHES, WRITES = 4_800, 60, 2_100
+
+
+def _ages_once(rng: random.Random) -> tuple[float, float, float]:
+    """µs of CPU for one frame: the sequencer's ages, a writer's written_frame from them, and
+    the one-process node's written for the same ticks and writes (its peer)."""
+    import numpy as np
+
+    from monotape.histograms import Recorders
+    from monotape.platform.core.stamps import StageStamps
+    from monotape.platform.host.ring_feed import ticks_of
+    from monotape.platform.model import Tick
+    from monotape.platform.ring import TickAges
+
+    per = AGED_TICKS // AGED_BATCHES
+    sequencer, node = StageStamps(Recorders(start_ms=0)), StageStamps(Recorders(start_ms=0))
+    for b in range(AGED_BATCHES):
+        at = 1_000_000 + b * 600_000
+        batch = [
+            Tick(rng.randrange(SEQUENCER_RECORDS), "XNAS", 1, 1, at, 1, 2, 1, 1, "A", at, at + 9)
+            for _ in range(per)
+        ]
+        for stamps in (sequencer, node):
+            stamps.decoded(batch)
+            stamps.admitted(batch)
+    t0 = time.process_time_ns()
+    ticks = sequencer.frame_ticks()
+    assert ticks is not None
+    ages = TickAges(
+        ticks.decoded.tobytes(), ticks.runs.astype(np.uint32).tobytes(), ticks.iids.tobytes()
+    )
+    aged = time.process_time_ns() - t0
+    latencies = np.arange(WRITES, dtype=np.int64) * 1_000
+    symbols = np.unique(ticks.iids).astype(np.int64)
+    sent = symbols[::2]  # half of the frame's instruments went out: the per-tick path
+    writer = StageStamps(Recorders(start_ms=0))
+    t0 = time.process_time_ns()
+    writer.written_frame(latencies, WRITES, 50_000_000, sent, len(symbols), ticks_of(ages))
+    host = time.process_time_ns() - t0
+    node.framed(40_000_000, 50_000_000, 0, symbols=len(symbols))
+    t0 = time.process_time_ns()
+    node.written(latencies, sent, WRITES)
+    one_process = time.process_time_ns() - t0
+    return aged / 1e3, host / 1e3, one_process / 1e3
+
+
+def _ages_rows(quick: bool) -> list[Row]:
+    rng = random.Random(3)
+    runs = [_ages_once(rng) for _ in range(20 if quick else 200)]
+    note = (
+        f"{AGED_TICKS:,} ticks of {SEQUENCER_RECORDS:,} symbols in {AGED_BATCHES} batches "
+        f"(a 120k ticks/s frame), half of its instruments sent, {WRITES:,} writes, "
+        f"{len(runs)} frames, CPU"
+    )
+    (s_med, s_lo, s_hi), (w_med, w_lo, w_hi), (n_med, n_lo, n_hi) = (
+        median_min_max([r[i] for r in runs]) for i in range(3)
+    )
+    return [
+        row("tick ages", "sequencer: frame_ticks + bytes", s_med, "µs/frame", lo=s_lo, hi=s_hi,
+            note=f"~10 KB on the ring a frame; {note}"),
+        row("tick ages", "writer: write + tick_to_write from the ages", w_med, "µs/frame",
+            lo=w_lo, hi=w_hi, ratio=w_med / n_med, peer="one process: written",
+            note=f"StageStamps.written_frame; {note}"),
+        row("tick ages", "one process: written (reads the ticks)", n_med, "µs/frame", lo=n_lo,
+            hi=n_hi, ratio=1.0, peer="one process: written", note=f"the same values; {note}"),
+    ]  # fmt: skip
+
+
 def run(quick: bool = False) -> list[Row]:
     frames, runs = (400, 3) if quick else (2_000, 5)
     records = frame_records(RECORDS, seed=1)
@@ -181,7 +255,7 @@ def run(quick: bool = False) -> list[Row]:
         rows.append(
             row("shm frame ring", variant, med, "µs/frame", lo=lo, hi=hi, note=f"{what}; {note}")
         )
-    return rows + _publish_rows(quick)
+    return rows + _publish_rows(quick) + _ages_rows(quick)
 
 
 def main(argv: list[str]) -> None:

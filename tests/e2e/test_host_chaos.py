@@ -293,7 +293,8 @@ async def test_monotape_run_writers_2_serves_as_one_node(node: RunningServer) ->
         await asyncio.gather(*tasks, return_exceptions=True)
 
     # /admin/latency merges the intervals every process wrote (10 s rotation): the write
-    # stage from both writers, the encode stage from the sequencer
+    # stage from both writers, the encode stage from the sequencer, and the end-to-end
+    # tick_to_write from the writers, from the tick ages the sequencer put in each frame
     def latency(stage: str) -> dict[str, Any]:
         body: dict[str, Any] = json.loads(
             node.http(f"/admin/latency?stage={stage}&window=10m", node.admin_token, timeout=30)
@@ -303,9 +304,12 @@ async def test_monotape_run_writers_2_serves_as_one_node(node: RunningServer) ->
     # Waited for by count, not by intervals: a writer's first 10 s interval may close before
     # the venue is up (empty), and under load both writers' can.
     def stage_counted() -> bool:
-        return bool(latency("write")["count"] > 0 and latency("encode")["count"] > 0)
+        return all(latency(s)["count"] > 0 for s in ("write", "encode", "tick_to_write"))
 
-    await until(stage_counted, "write and encode values in /admin/latency", 60)
+    await until(stage_counted, "write, encode and tick_to_write values in /admin/latency", 60)
+    # decoded -> handed to the kernel spans a frame's conflation: never below a write
+    end_to_end, write = latency("tick_to_write"), latency("write")
+    assert end_to_end["max_us"] >= write["p50_us"] > 0, (end_to_end, write)
     # kill -9 of a writer and its return on the port: case 2; the SIGTERM stop: the fixture.
 
 

@@ -7,11 +7,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
+import numpy as np
 import pytest
 import websockets
 
 from monotape.clock import FakeClock, SystemClock
 from monotape.config import ServerConfig
+from monotape.histograms import Recorders
+from monotape.platform.core.stamps import StageStamps
 from monotape.platform.feeds.simulator import build_universe
 from monotape.platform.host.ring_feed import RingFeed, RingSnapshots
 from monotape.platform.model import Tick
@@ -25,6 +28,7 @@ from monotape.platform.ring import (
     MemoryRing,
     RingConfig,
     RingRead,
+    TickAges,
 )
 from monotape.platform.server.endpoint import FanoutServer
 from monotape.platform.wire import codec
@@ -48,7 +52,7 @@ class Sequencer:
         self.ring, self.iids, self.clock = ring, iids, clock
         self.frame_no = 0
 
-    def frame(self) -> Entry:
+    def frame(self, ages: TickAges | None = None) -> Entry:
         self.frame_no += 1
         n = self.frame_no
         records = {}
@@ -57,9 +61,21 @@ class Sequencer:
             self.ring.put_snapshot(iid, (1, n), codec.encode_full_record(new))
             records[iid] = codec.encode_delta_record(_tick(iid, n - 1) if n > 1 else None, new)
         now = self.clock.now_ns()
-        entry = Entry(EntryKind.FRAME, n, now, now, records)
+        entry = Entry(EntryKind.FRAME, n, now, now, records, ages=ages)
         self.ring.publish(entry)
         return entry
+
+
+class SpyStamps(StageStamps):
+    """The role's StageStamps, keeping the write values it was given as well."""
+
+    def __init__(self) -> None:
+        super().__init__(Recorders(start_ms=0))
+        self.write_values: list[int] = []
+
+    def written_frame(self, latencies_ns: np.ndarray, *args: object, **kw: object) -> None:
+        self.write_values.extend(latencies_ns.tolist())
+        super().written_frame(latencies_ns, *args, **kw)  # type: ignore[arg-type]
 
 
 def _unframe(wire: bytes) -> bytes:
@@ -101,17 +117,19 @@ def _feed_all(feed: RingFeed, reader: MemoryReader) -> list[RingRead]:
 class Desk:
     """One writer on the ring, as the writer role wires it: a server on a fake clock whose
     snapshots come from the ring's table, and the feed that turns ring reads into its frames.
-    ``stages``: the write-stage and priority-stage values recorded (into ``written`` and
-    ``priority_written``), as the role records them."""
+    ``stages``: the stage values recorded as the role records them (``stamps``; the write
+    values also in ``written``, the priority ones in ``priority_written``)."""
 
     def __init__(self, ring: tuple[MemoryRing, MemoryReader], *, stages: bool = False) -> None:
         self.mem, self.reader = ring
         self.clock = FakeClock()
-        self.written: list[int] = []
         self.priority_written: list[int] = []
         self.server = _server(self.clock, self.reader, self.priority_written if stages else None)
-        record = (lambda v: self.written.extend(v.tolist())) if stages else None
-        self.feed = RingFeed(self.server.writer, self.server.index, written=record)
+        self.stamps = SpyStamps()
+        self.written = self.stamps.write_values
+        self.feed = RingFeed(
+            self.server.writer, self.server.index, stamps=self.stamps if stages else None
+        )
 
     def connect(
         self, subs: list[int], prio: Sequence[int] = (), *, buffered: int = 0
@@ -153,6 +171,44 @@ def test_a_frame_becomes_one_payload_per_signature_of_the_sequencers_bytes(
     # (WRITE_NS each; the native loop stamps a payload's terminals together)
     assert len(written) == 3 and min(written) >= 3 * MS + WRITE_NS
     assert max(written) == 3 * MS + 3 * WRITE_NS
+
+
+def test_tick_to_write_comes_from_the_entrys_tick_ages_for_the_instruments_sent(
+    ring: tuple[MemoryRing, MemoryReader],
+) -> None:
+    """The writer never saw the ticks: their decode times come with the frame. Ticks of an
+    instrument this writer sent get decoded -> its slowest direct write; the others none."""
+    d = Desk(ring, stages=True)
+    d.connect([1, 2]), d.connect([3])
+    now = d.clock.now_ns()
+    # five ticks in two runs (decoded 7 and 2 ms before the publish); iid 9 goes to nobody here
+    decoded, runs = [now - 7 * MS, now - 2 * MS], [3, 2]
+    iids = [1, 9, 2, 3, 9]
+    ages = TickAges(
+        np.array(decoded, np.int64).tobytes(),
+        np.array(runs, np.uint32).tobytes(),
+        np.array(iids, np.uint16).tobytes(),
+    )
+    d.sequencer([1, 2, 3, 9]).frame(ages)
+    d.clock.advance(3 * MS)
+    d.feed_all()
+    last = 3 * MS + 2 * WRITE_NS  # two payloads, two direct writes: the slower one
+    assert max(d.written) == last
+    h = {iv.stage: iv.histogram for iv in d.stamps.rotate(1_000, 0)}["tick_to_write"]
+    assert h.get_total_count() == 3  # the ticks of 1, 2 and 3; none of 9's
+    assert h.get_count_at_value((7 * MS + last) // 1000) == 2  # 1 and 2, first run (µs)
+    assert h.get_count_at_value((2 * MS + last) // 1000) == 1  # 3, second run
+
+
+def test_a_frame_without_ages_records_writes_and_no_end_to_end_value(
+    ring: tuple[MemoryRing, MemoryReader],
+) -> None:
+    d = Desk(ring, stages=True)
+    d.connect([1])
+    d.sequencer([1]).frame()  # no ticks carried (or their ages dropped: the ring counts it)
+    d.feed_all()
+    by = {iv.stage: iv.count for iv in d.stamps.rotate(1_000, 0)}
+    assert by["write"] == 1 and by["tick_to_write"] == 0
 
 
 def test_a_frame_nobody_here_watches_writes_nothing(desk: Desk) -> None:

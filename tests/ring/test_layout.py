@@ -15,6 +15,7 @@ from monotape.platform.ring.layout import (
     LayoutError,
     RingConfig,
     SlotState,
+    TickAges,
     decode_entry,
     encode_entry,
     gap_entry,
@@ -28,6 +29,19 @@ I64 = st.integers(-(2**63), 2**63 - 1)
 SECTION = st.dictionaries(U32, st.binary(max_size=80), max_size=40)
 
 
+@st.composite
+def tick_ages(draw: st.DrawFn) -> TickAges | None:
+    """None, or runs of ticks (each run's count, its decoded time) with a u16 iid per tick."""
+    counts = draw(st.lists(st.integers(0, 30), max_size=8))
+    if not counts and draw(st.booleans()):
+        return None
+    decoded = b"".join(draw(I64).to_bytes(8, "little", signed=True) for _ in counts)
+    ticks = b"".join(c.to_bytes(4, "little") for c in counts)
+    return TickAges(
+        decoded, ticks, draw(st.binary(min_size=2 * sum(counts), max_size=2 * sum(counts)))
+    )
+
+
 @given(
     kind=st.sampled_from(EntryKind),
     frame_no=I64,
@@ -35,6 +49,7 @@ SECTION = st.dictionaries(U32, st.binary(max_size=80), max_size=40)
     published=I64,
     records=SECTION,
     priority=SECTION,
+    ages=tick_ages(),
     no=st.integers(0, 2**62),
 )
 def test_entry_round_trip(
@@ -44,11 +59,13 @@ def test_entry_round_trip(
     published: int,
     records: dict[int, bytes],
     priority: dict[int, bytes],
+    ages: TickAges | None,
     no: int,
 ) -> None:
-    entry = Entry(kind, frame_no, boundary, published, records, priority)
+    entry = Entry(kind, frame_no, boundary, published, records, priority, ages)
     data = encode_entry(entry)
-    assert len(data) == ENTRY_HEAD.size + 8 * (len(records) + len(priority)) + sum(
+    aged = 0 if ages is None else ages.nbytes
+    assert len(data) == ENTRY_HEAD.size + 8 * (len(records) + len(priority)) + aged + sum(
         map(len, [*records.values(), *priority.values()])
     )
     got = decode_entry(data, no)
@@ -66,6 +83,15 @@ def test_entry_round_trip(
         assert [section.chunk(i) for i in range(len(section))] == list(sent.values())
         assert list(section.iids) == list(sent)
         assert section.body == b"".join(sent.values())
+    if ages is None or not ages.runs:  # no runs: nothing to say, read as no ages
+        assert got.ages is None
+    else:
+        assert got.ages is not None
+        assert (bytes(got.ages.decoded), bytes(got.ages.ticks), bytes(got.ages.iids)) == (
+            ages.decoded,
+            ages.ticks,
+            ages.iids,
+        )
 
 
 def test_realistic_frame_slices_without_decoding() -> None:
@@ -98,6 +124,22 @@ def test_values_out_of_range_are_layout_errors() -> None:
         encode_entry(Entry(EntryKind.FRAME, 1, 2, 3, {2**32: b"x"}))
     with pytest.raises(LayoutError):
         encode_entry(Entry(EntryKind.FRAME, 2**63, 2, 3))
+
+
+def test_tick_ages_that_do_not_add_up_are_layout_errors() -> None:
+    one_run = (0).to_bytes(8, "little")
+    with pytest.raises(LayoutError):  # a run's count is a u32
+        encode_entry(Entry(EntryKind.FRAME, 1, 2, 3, ages=TickAges(one_run, b"\x01", b"\0\0")))
+    data = bytearray(
+        encode_entry(
+            Entry(
+                EntryKind.FRAME, 1, 2, 3, ages=TickAges(one_run, (1).to_bytes(4, "little"), b"ab")
+            )
+        )
+    )
+    data[ENTRY_HEAD.size + 8] = 2  # the run now claims 2 ticks; the entry carries 1
+    with pytest.raises(LayoutError, match="do not add up"):
+        decode_entry(bytes(data))
 
 
 def test_gap_entry_names_its_frame() -> None:

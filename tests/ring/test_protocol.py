@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import select
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -22,7 +23,9 @@ from monotape.platform.ring import (
     RingRead,
     SnapshotChunk,
     SnapshotPut,
+    TickAges,
 )
+from monotape.platform.ring.layout import encode_entry
 from monotape.platform.ring.protocol import RingReader
 from tests.conftest import until
 from tests.ring.conftest import RingPair, open_ring
@@ -100,6 +103,33 @@ def test_a_frame_larger_than_a_slot_is_a_gap_for_everyone(ring: RingPair) -> Non
         assert r.counters.gaps == 1
     producer.publish(frame(10))
     assert_same(a.poll(), frame(10), 2)
+
+
+def _ages(ticks: int) -> TickAges:
+    """``ticks`` ticks in one run (u16 iids): 2 bytes a tick."""
+    return TickAges((5).to_bytes(8, "little"), ticks.to_bytes(4, "little"), bytes(2 * ticks))
+
+
+def test_tick_ages_travel_with_the_frame_and_are_the_first_thing_left_out(
+    ring: RingPair,
+) -> None:
+    producer, reader = ring
+    r = reader(0)
+    ages = _ages(7)
+    small = Entry(EntryKind.FRAME, 3, 120, 121, realistic_records(20), ages=ages)
+    assert producer.publish(small) is PublishOutcome.PUBLISHED
+    got = r.poll()
+    assert_same(got, small, 1)
+    assert isinstance(got, RingFrame) and got.ages is not None
+    assert bytes(got.ages.iids) == bytes(14) and bytes(got.ages.ticks) == ages.ticks
+    # records that fit a slot only without their ages: published without them, counted
+    room = producer.geometry.max_entry - len(encode_entry(replace(small, ages=None)))
+    tight = replace(small, frame_no=4, ages=_ages(room // 2 + 1))
+    assert producer.publish(tight) is PublishOutcome.AGES_DROPPED
+    got = r.poll()
+    assert_same(got, tight, 2)
+    assert isinstance(got, RingFrame) and got.ages is None
+    assert producer.counters.ages_dropped == 1 and producer.counters.oversize == 0
 
 
 def test_priority_entries_between_frames(ring: RingPair) -> None:

@@ -39,7 +39,10 @@ frame's, so it never moves this bound). Only ticks of symbols whose record was i
 the fan-out actually handed to the kernel count (``FanoutServer.written_iids``): a
 tick of a symbol nobody watches, or whose watchers were all behind, never went out, and a value
 for it would dilute the alert's p99 with ticks that cost no write. A p99 of this stage is a real
-p99 per tick; a sum of stage p99s is not one.
+p99 per tick; a sum of stage p99s is not one. On the multi-process host a writer never sees a
+tick: the sequencer takes the frame's ``frame_ticks`` (decode time per run, instrument per tick)
+into the ring entry, and each writer records ``written_frame`` for the ticks it sent, so there a
+tick two writers sent has a value from each.
 
 ``decode`` subtracts the venue's wall clock from ours, so it is only as good as the clocks'
 agreement (negative values are clamped to 0 and counted). The rest is this host's monotonic
@@ -48,8 +51,9 @@ clock.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from itertools import chain
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -58,7 +62,7 @@ from monotape.histograms import Interval, Recorders
 from monotape.platform.core.fields import int64_field
 from monotape.platform.model import Tick
 
-__all__ = ["StageStamps"]
+__all__ = ["FrameTicks", "StageStamps"]
 
 IntArray = npt.NDArray[np.int64]
 
@@ -67,7 +71,19 @@ _EMPTY.setflags(write=False)  # shared by every empty frame: never written to
 _VENUE_TS = Tick.__dict__["venue_ts_ns"]  # the member descriptors int64_field reads
 _DECODED = Tick.__dict__["decoded_ns"]
 _ADMITTED = Tick.__dict__["admitted_ns"]
+_IID = Tick.__dict__["iid"]
 _IID_SPACE = 65_536  # wire ids are uint16 (docs/wire.md): one flag per instrument
+
+
+class FrameTicks(NamedTuple):
+    """A frame's admitted ticks as a process that never saw them needs them for
+    ``tick_to_write`` (a writer of the host, from the ring's tick ages): run ``i`` is ``runs[i]``
+    consecutive ticks decoded at ``decoded[i]`` (monotonic ns); ``iids[j]`` is tick ``j``'s
+    instrument, in the same order."""
+
+    decoded: IntArray
+    runs: IntArray
+    iids: npt.NDArray[np.uint16]
 
 
 class StageStamps:
@@ -173,6 +189,22 @@ class StageStamps:
         self._sequence.add_counts_ns(admitted - decoded, counts)
         return admitted, decoded, counts
 
+    def frame_ticks(self) -> FrameTicks | None:
+        """The ticks the next ``framed()`` frame carries (everything admitted since the last
+        one), for the host's FRAME entry, whose writers record their ``tick_to_write``
+        (``written_frame``). None when there are none, or when an instrument is not a wire id
+        (a u16: the entry's ages have no room for it; that frame gets no end-to-end value)."""
+        if not self._admitted_runs:
+            return None
+        runs = np.array(self._admitted_runs, dtype=np.int64).reshape(-1, 3)
+        batches = self._admitted
+        iids = np.frombuffer(
+            b"".join([int64_field(batch, _IID) for batch in batches]), np.int64
+        )  # one native pass a batch (core/fields.py)
+        if int(iids.min()) < 0 or int(iids.max()) >= _IID_SPACE:
+            return None
+        return FrameTicks(runs[:, 1].copy(), runs[:, 2].copy(), iids.astype(np.uint16))
+
     def framed(
         self,
         boundary_ns: int,
@@ -229,15 +261,67 @@ class StageStamps:
         self._framed_decoded = self._framed_n = _EMPTY
         symbols, self._framed_symbols = self._framed_symbols, -1
         mine = latencies_ns if direct is None else latencies_ns[:direct]
-        if not (len(mine) and len(runs) and len(written_iids)):
+        if not (len(runs) and len(written_iids)):
             return
-        last_write = self._framed_published + int(mine.max())
+        n = int(runs.sum())
+
+        def iids() -> IntArray:  # one pass over the frame's admitted ticks, only when needed
+            return np.fromiter([t.iid for t in chain.from_iterable(framed)], np.int64, count=n)
+
+        self._end_to_end(mine, self._framed_published, written_iids, symbols, decoded, runs, iids)
+
+    def written_frame(
+        self,
+        latencies_ns: IntArray,
+        direct: int,
+        published_ns: int,
+        written_iids: IntArray,
+        symbols: int,
+        ticks: FrameTicks | None,
+    ) -> None:
+        """``written`` for a process that never saw the frame's ticks (a writer of the host):
+        ``ticks`` comes with the frame (the ring entry's ages: ``frame_ticks`` in the process
+        that admitted them), ``published_ns`` is the frame's publish time that
+        ``latencies_ns`` count from, ``symbols`` its record count. The same values as the
+        one-process node records for the same writes.
+
+        With several writers, each records the ticks its own terminals were sent, up to its
+        own slowest direct write: a tick two writers carried has a value from each (docs/
+        observability.md)."""
+        self._write.add_ns(latencies_ns)
+        if ticks is None or not (len(ticks.runs) and len(written_iids)):
+            return
+        iids = ticks.iids
+        self._end_to_end(
+            latencies_ns[:direct],
+            published_ns,
+            written_iids,
+            symbols,
+            ticks.decoded,
+            ticks.runs,
+            lambda: iids,
+        )
+
+    def _end_to_end(
+        self,
+        direct_ns: IntArray,
+        published_ns: int,
+        written_iids: IntArray,
+        symbols: int,
+        decoded: IntArray,
+        runs: IntArray,
+        iids_of: Callable[[], npt.NDArray[np.integer]],
+    ) -> None:
+        """tick_to_write for a frame's ticks (runs of ``runs`` ticks decoded at ``decoded``):
+        up to the frame's slowest direct write, for the ticks of ``written_iids`` (``iids_of``
+        names every tick's instrument; read only when not every instrument went out)."""
+        if not len(direct_ns):
+            return
+        last_write = published_ns + int(direct_ns.max())
         if len(written_iids) == symbols:  # all of the frame's instruments: every tick carried
             self._tick_to_write.add_counts_ns(last_write - decoded, runs)
             return
-        n = int(runs.sum())
-        # one pass over the frame's admitted ticks, only when a payload went out
-        iids = np.fromiter([t.iid for t in chain.from_iterable(framed)], np.int64, count=n)
+        iids = iids_of()
         flags = self._written_flags
         if int(written_iids.max()) < _IID_SPACE and int(iids.max()) < _IID_SPACE:
             flags[written_iids] = True

@@ -5,9 +5,12 @@ twice over: its full record goes into the shared snapshot table (``put_snapshot`
 frame is published; the table tags it with the frame's ring entry and keeps the last two per
 symbol, so a writer hydrates at the frames it has read, never a frame ahead), its delta record
 into the FRAME entry (``{iid: encode_delta_record(base, new)}``, ascending iid: the same bytes
-the one-process planner puts in payloads). Every boundary is published, an empty
-one too: the one-process writer plans every boundary (its rate groups' payloads and its slow
-terminals' catch-up run on frames with no change), so a writer process must see each of them.
+the one-process planner puts in payloads). The entry carries the frame's tick ages too (when
+each admitted tick was decoded, and its instrument: ``StageStamps.frame_ticks``), from which
+each writer records the ``tick_to_write`` of the ticks it sent. Every boundary is published, an
+empty one too: the one-process writer plans every boundary (its rate groups' payloads and its
+slow terminals' catch-up run on frames with no change), so a writer process must see each of
+them.
 
 Between boundaries, after a bus batch, the applied ticks of symbols some writer's terminal holds
 in an order ticket (``Interest.wanted_among``) go out at once as one PRIORITY entry: the latest tick
@@ -27,11 +30,14 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from typing import Protocol, TypeAlias
 
+import numpy as np
+
 from monotape.platform.core.conflation import Frame
 from monotape.platform.core.sequencer import Sequencer
 from monotape.platform.core.snapshots import FailureSink
+from monotape.platform.core.stamps import FrameTicks
 from monotape.platform.model import Tick
-from monotape.platform.ring.layout import Entry, EntryKind, RingFrame
+from monotape.platform.ring.layout import Entry, EntryKind, RingFrame, TickAges
 from monotape.platform.ring.protocol import PublishOutcome, RingProducer, SnapshotChunk
 from monotape.platform.wire import codec
 
@@ -84,9 +90,12 @@ class FramePublisher:
         self.priority_entries = 0
         self.left_out = 0  # records left out of a frame or a priority entry (cannot encode)
 
-    def publish_frame(self, frame: Frame) -> tuple[PublishOutcome, int]:
-        """Put each record's full record, then publish the FRAME entry of its delta records.
-        Returns the outcome and the publish time (``published_ns``)."""
+    def publish_frame(
+        self, frame: Frame, ticks: FrameTicks | None = None
+    ) -> tuple[PublishOutcome, int]:
+        """Put each record's full record, then publish the FRAME entry of its delta records
+        and the ages of the ``ticks`` it carries. Returns the outcome and the publish time
+        (``published_ns``)."""
         ring = self.ring
         put = ring.put_snapshot
         full, delta = self._full, self._delta
@@ -103,8 +112,12 @@ class FramePublisher:
                 continue
             records[rec.iid] = chunk
         published = self._now_ns()
+        ages = None
+        if ticks is not None:  # u32 tick counts: a run is at most a frame's ticks
+            runs = ticks.runs.astype(np.uint32)
+            ages = TickAges(ticks.decoded.tobytes(), runs.tobytes(), ticks.iids.tobytes())
         outcome = ring.publish(
-            Entry(EntryKind.FRAME, frame.frame_no, frame.boundary_ns, published, records)
+            Entry(EntryKind.FRAME, frame.frame_no, frame.boundary_ns, published, records, ages=ages)
         )
         self.last_frame_no = frame.frame_no
         self.last_boundary_ns = frame.boundary_ns

@@ -6,6 +6,8 @@ by ``ring.driver.RingFollower``):
 
 - a FRAME: keep the records of symbols this writer's terminals watch, plan one payload per
   signature from those bytes (``core/planner.plan_chunks``: nothing re-encoded) and write it;
+  its writes are this process's ``write`` values, and its tick ages give the ``tick_to_write``
+  of the ticks its terminals were sent (``StageStamps.written_frame``);
 - a PRIORITY entry: each full record to the terminals of this writer that hold it in an order
   ticket, framed once for them all;
 - ``Lapped`` or ``Gap``: this writer cannot know which deltas its terminals missed, so every
@@ -25,19 +27,20 @@ its terminal gets a gap on the next delta and asks for it again, never a regress
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
 
 from monotape.platform.core.fanout import SubscriptionIndex
 from monotape.platform.core.planner import Pacer, plan_chunks
-from monotape.platform.ring.layout import EntryKind, Records, RingFrame
+from monotape.platform.core.stamps import FrameTicks, StageStamps
+from monotape.platform.ring.layout import EntryKind, Records, RingFrame, TickAges
 from monotape.platform.ring.protocol import Gap, Lapped, RingRead, RingReader
 from monotape.platform.server.writer import Writer
 from monotape.platform.wire import codec
 
-__all__ = ["FeedCounters", "RingFeed", "RingSnapshots", "watched"]
+__all__ = ["FeedCounters", "RingFeed", "RingSnapshots", "ticks_of", "watched"]
 
 
 class RingSnapshots:
@@ -73,20 +76,21 @@ class FeedCounters:
 
 
 class RingFeed:
-    """Turns ring reads into the writer's calls. ``written`` gets each frame's write latencies
-    (the ``write`` stage: from the sequencer's publish, so the ring hop and the plan count)."""
+    """Turns ring reads into the writer's calls. ``stamps`` records each frame's writes (the
+    ``write`` stage, from the sequencer's publish, so the ring hop and the plan count) and the
+    ``tick_to_write`` of the frame's ticks this writer sent."""
 
     def __init__(
         self,
         writer: Writer,
         index: SubscriptionIndex,
         pacer: Pacer | None = None,
-        written: Callable[[np.ndarray], None] | None = None,
+        stamps: StageStamps | None = None,
     ) -> None:
         self.writer = writer
         self.index = index
         self.pacer = pacer
-        self._written = written
+        self._stamps = stamps
         self.counters = FeedCounters()
 
     def on_read(self, read: RingRead) -> None:
@@ -111,13 +115,19 @@ class RingFeed:
         plan = plan_chunks(read.frame_no, chunks, self.index, self.pacer)
         published = self.writer.publish_plan(plan)
         self.counters.frames += 1
-        if self._written is not None:
-            latencies = self.writer.write_latencies_ns
-            if latencies:
-                # The sequencer published at read.published_ns (the same system-wide monotonic
-                # clock); the writer's latencies start at its own publish.
-                hop = max(0, published - read.published_ns)
-                self._written(np.asarray(latencies, dtype=np.int64) + hop)
+        stamps, writer = self._stamps, self.writer
+        if stamps is not None and writer.write_latencies_ns:
+            # The sequencer published at read.published_ns (the same system-wide monotonic
+            # clock); the writer's latencies start at its own publish.
+            hop = max(0, published - read.published_ns)
+            stamps.written_frame(
+                np.asarray(writer.write_latencies_ns, dtype=np.int64) + hop,
+                writer.direct_writes,
+                read.published_ns,
+                writer.written_iids,
+                len(read.records),
+                ticks_of(read.ages),
+            )
 
     def _priority(self, read: RingFrame) -> None:
         records = read.priority
@@ -128,6 +138,17 @@ class RingFeed:
             self.counters.priority_writes += self.writer.publish_priority_chunks(
                 wanted, read.published_ns
             )
+
+
+def ticks_of(ages: TickAges | None) -> FrameTicks | None:
+    """The entry's tick ages as arrays (views of the read's copy: nothing copied)."""
+    if ages is None:
+        return None
+    return FrameTicks(
+        np.frombuffer(ages.decoded, np.int64),
+        np.frombuffer(ages.ticks, np.uint32).astype(np.int64),
+        np.frombuffer(ages.iids, np.uint16),
+    )
 
 
 def watched(records: Records, index: SubscriptionIndex) -> dict[int, bytes]:

@@ -168,7 +168,10 @@ class SequencerRole:
 
     def frame(self, boundary: int) -> None:
         """One boundary: take the frame, encode it once, put its snapshots, publish it."""
-        _, published = self.publisher.publish_frame(self.sequencer.take_frame(boundary))
+        frame = self.sequencer.take_frame(boundary)
+        # the ages of the ticks it carries, for the writers' tick_to_write (taken before
+        # framed() below hands them to this process's conflate and encode stages)
+        _, published = self.publisher.publish_frame(frame, self.stamps.frame_ticks())
         offset = self.clock.wall_ns() - self.clock.now_ns()
         self.framed_ticks += self.stamps.framed(boundary, published, offset)
 

@@ -147,7 +147,7 @@ class WriterRole:
         )
         self.server.failures = self.failures
         self.feed = RingFeed(
-            self.server.writer, self.server.index, self.server.terminals.pacer, rec["write"].add_ns
+            self.server.writer, self.server.index, self.server.terminals.pacer, self.stamps
         )
         index = self.server.index
         self.invariants = InvariantMonitor(

@@ -4,7 +4,7 @@ writer reads them. ``protocol`` is the boundary and its guarantees; ``layout`` t
 sweep); ``doorbell`` the wake-ups; ``driver`` the reader's asyncio driver."""
 
 from monotape.platform.ring.driver import RingFollower
-from monotape.platform.ring.layout import Entry, EntryKind, Records, RingConfig, RingFrame
+from monotape.platform.ring.layout import Entry, EntryKind, Records, RingConfig, RingFrame, TickAges
 from monotape.platform.ring.memory import MemoryReader, MemoryRing
 from monotape.platform.ring.protocol import (
     Gap,
@@ -44,6 +44,7 @@ __all__ = [
     "ShmRing",
     "SnapshotChunk",
     "SnapshotPut",
+    "TickAges",
     "segment_name",
     "sweep_leftovers",
 ]

@@ -17,7 +17,7 @@ __all__ = ["RingProducerCollector", "RingReaderCollector"]
 
 
 class RingProducerCollector(Collector):
-    """``monotape_ring_{published,oversize,bells_dropped,snapshots_refused}_total``."""
+    """``monotape_ring_{published,oversize,ages_dropped,bells_dropped,snapshots_refused}_total``."""
 
     def __init__(self, counters: Callable[[], ProducerCounters]) -> None:
         self._counters = counters
@@ -29,6 +29,11 @@ class RingProducerCollector(Collector):
             m.RING_OVERSIZE,
             "Frames larger than a ring slot, published as a gap (every writer snapshots).",
             c.oversize,
+        )
+        yield _counter(
+            m.RING_AGES_DROPPED,
+            "Frames published without their tick ages (too large with them): no tick_to_write.",
+            c.ages_dropped,
         )
         yield _counter(
             m.RING_BELLS_DROPPED,

@@ -5,7 +5,9 @@ An entry is laid out so a writer slices it without decoding anything (no picklin
 header, then per section (the frame's records, then its priority records) an array of iids and
 an array of end offsets (struct of arrays: record ``i`` is ``body[ends[i-1]:ends[i]]``, the
 (iid, offset, len) index in two flat u32 arrays that ``array``/``memoryview`` read at C speed),
-then the two bodies. The records are opaque bytes here: the wire codec encodes them.
+then the frame's tick ages (``TickAges``: when its ticks were decoded, for the writers'
+``tick_to_write`` stage), then the two bodies. The records are opaque bytes here: the wire codec
+encodes them.
 
 Native byte order throughout: the ring never leaves the host that wrote it.
 """
@@ -15,11 +17,13 @@ from __future__ import annotations
 import struct
 from array import array
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import IntEnum
 from itertools import accumulate
 from types import MappingProxyType
 from typing import Final
+
+from monotape.platform.ring.ages import RUN_BYTES, TICK_BYTES, TickAges
 
 __all__ = [
     "ENTRY_HEAD",
@@ -31,20 +35,24 @@ __all__ = [
     "SNAPSHOT_HEAD",
     "Entry",
     "EntryKind",
+    "Fit",
     "Geometry",
     "LayoutError",
     "Records",
     "RingConfig",
     "RingFrame",
     "SlotState",
+    "TickAges",
     "decode_entry",
     "encode_entry",
+    "fit_entry",
     "gap_entry",
     "slot_state",
 ]
 
 MAGIC: Final = int.from_bytes(b"MTRING01", "little")
-LAYOUT_VERSION: Final = 2  # 2: two snapshot slots per iid, each tagged with its frame's entry
+# 2: two snapshot slots per iid, each tagged with its frame's entry; 3: an entry's tick ages
+LAYOUT_VERSION: Final = 3
 HEADER_BYTES: Final = 4096  # the segment header and the reader table: one page
 SLOT_HEAD: Final = 16  # seq u64, used u64
 # seq u64, entry u64 (the ring entry of the frame that carries it), epoch u64, version seq u64,
@@ -54,8 +62,9 @@ MAX_READERS: Final = 64  # reader table words that fit the header page beside th
 _MIB: Final = 1 << 20
 
 # frame_no, boundary_ns, published_ns, records, records body bytes, priority records, priority
-# body bytes, kind; 48 bytes keeps the u32 arrays after it 4-byte aligned.
-ENTRY_HEAD: Final = struct.Struct("=qqqIIIIB7x")
+# body bytes, age runs, aged ticks, kind; 56 bytes keeps the u32 arrays after it 4-byte aligned,
+# and the ages' i64 array after those (8 bytes per record) 8-byte aligned.
+ENTRY_HEAD: Final = struct.Struct("=qqqIIIIIIB7x")
 _U32: Final = "I"  # array typecode: 4 bytes on every platform CPython supports on Linux
 _U32_MAX: Final = 0xFFFFFFFF
 assert array(_U32).itemsize == 4
@@ -169,6 +178,7 @@ class Entry:
     published_ns: int
     records: Mapping[int, bytes] = field(default_factory=dict)
     priority: Mapping[int, bytes] = field(default_factory=dict)
+    ages: TickAges | None = None  # a FRAME's; None: the writers record no tick_to_write for it
 
 
 class Records:
@@ -222,10 +232,24 @@ def _section(records: Mapping[int, bytes]) -> tuple[array[int], array[int], int]
     return iids, ends, ends[-1] if ends else 0
 
 
+def _ages(ages: TickAges | None) -> tuple[int, int, tuple[bytes | memoryview, ...]]:
+    if ages is None:
+        return 0, 0, ()
+    runs = ages.runs
+    if len(ages.decoded) != 8 * runs or len(ages.ticks) != 4 * runs or len(ages.iids) % 2:
+        raise LayoutError(
+            f"tick ages of {len(ages.decoded)}, {len(ages.ticks)} and {len(ages.iids)} bytes "
+            "are not runs of i64 + u32 and ticks of u16"
+        )
+    return runs, ages.count, (ages.decoded, ages.ticks, ages.iids)
+
+
 def encode_entry(entry: Entry) -> bytes:
-    """The entry's bytes: header, iids and ends of each section, then the two bodies."""
+    """The entry's bytes: header, iids and ends of each section, the tick ages, then the two
+    bodies."""
     r_iids, r_ends, r_len = _section(entry.records)
     p_iids, p_ends, p_len = _section(entry.priority)
+    runs, aged, ages = _ages(entry.ages)
     try:
         head = ENTRY_HEAD.pack(
             entry.frame_no,
@@ -235,13 +259,47 @@ def encode_entry(entry: Entry) -> bytes:
             r_len,
             len(p_iids),
             p_len,
+            runs,
+            aged,
             entry.kind,
         )
     except struct.error as exc:
         raise LayoutError(f"entry header out of range: {exc}") from exc
     return b"".join(
-        (head, r_iids, r_ends, p_iids, p_ends, *entry.records.values(), *entry.priority.values())
+        (
+            head,
+            r_iids,
+            r_ends,
+            p_iids,
+            p_ends,
+            *ages,
+            *entry.records.values(),
+            *entry.priority.values(),
+        )
     )
+
+
+class Fit(IntEnum):
+    """How an entry went into a slot (``fit_entry``)."""
+
+    WHOLE = 0
+    # too large with its tick ages, small enough without: published without them (the writers
+    # record no tick_to_write for that frame; counted, monotape_ring_ages_dropped_total)
+    WITHOUT_AGES = 1
+    GAP = 2  # too large even without: a GAP entry went out in its place
+
+
+def fit_entry(entry: Entry, max_entry: int) -> tuple[bytes, Fit]:
+    """The bytes to publish for ``entry`` in a slot that holds ``max_entry`` bytes. The ages
+    never cost a frame its records: they are the first thing left out."""
+    data = encode_entry(entry)
+    if len(data) <= max_entry:
+        return data, Fit.WHOLE
+    if entry.ages is not None:
+        data = encode_entry(replace(entry, ages=None))
+        if len(data) <= max_entry:
+            return data, Fit.WITHOUT_AGES
+    return gap_entry(entry.frame_no, entry.boundary_ns, entry.published_ns), Fit.GAP
 
 
 def gap_entry(frame_no: int, boundary_ns: int, published_ns: int) -> bytes:
@@ -261,6 +319,7 @@ class RingFrame:
     published_ns: int
     records: Records
     priority: Records
+    ages: TickAges | None = None  # None: the frame carried no ticks, or its ages were dropped
 
 
 def decode_entry(buf: bytes, no: int = 0) -> RingFrame:
@@ -269,21 +328,33 @@ def decode_entry(buf: bytes, no: int = 0) -> RingFrame:
     anything else, and a slice past the end is short, never a crash."""
     if len(buf) < ENTRY_HEAD.size:
         raise LayoutError(f"{len(buf)} bytes is shorter than an entry header")
-    frame_no, boundary, published, nr, r_len, np_, p_len, kind = ENTRY_HEAD.unpack_from(buf)
+    head = ENTRY_HEAD.unpack_from(buf)
+    frame_no, boundary, published, nr, r_len, np_, p_len, runs, aged, kind = head
     try:
         kind = EntryKind(kind)
     except ValueError as exc:
         raise LayoutError(f"unknown entry kind {kind}") from exc
     arrays = ENTRY_HEAD.size
-    bodies = arrays + 8 * (nr + np_)
+    ages_at = arrays + 8 * (nr + np_)
+    bodies = ages_at + RUN_BYTES * runs + TICK_BYTES * aged
     if bodies + r_len + p_len != len(buf):
         raise LayoutError(
-            f"entry claims {bodies + r_len + p_len} bytes ({nr} + {np_} records), has {len(buf)}"
+            f"entry claims {bodies + r_len + p_len} bytes ({nr} + {np_} records, {runs} age "
+            f"runs of {aged} ticks), has {len(buf)}"
         )
-    words = memoryview(buf)[arrays:bodies].cast(_U32)
+    view = memoryview(buf)
+    words = view[arrays:ages_at].cast(_U32)
     r_ends, p_ends = words[nr : 2 * nr], words[2 * nr + np_ :]
     if (r_ends[nr - 1] if nr else 0) != r_len or (p_ends[np_ - 1] if np_ else 0) != p_len:
         raise LayoutError("a section's last end is not its body's length")
+    ages = None
+    if runs or aged:
+        counts_at = ages_at + 8 * runs
+        iids_at = counts_at + 4 * runs
+        counts = view[counts_at:iids_at]
+        if sum(counts.cast(_U32)) != aged:  # O(runs): a few per bus batch of the frame
+            raise LayoutError(f"the tick ages' runs do not add up to their {aged} ticks")
+        ages = TickAges(view[ages_at:counts_at], counts, view[iids_at:bodies])
     return RingFrame(
         no,
         kind,
@@ -292,6 +363,7 @@ def decode_entry(buf: bytes, no: int = 0) -> RingFrame:
         published,
         Records(buf, words[:nr], r_ends, bodies),
         Records(buf, words[2 * nr : 2 * nr + np_], p_ends, bodies + r_len),
+        ages,
     )
 
 

@@ -20,8 +20,7 @@ from monotape.platform.ring.layout import (
     RingFrame,
     SlotState,
     decode_entry,
-    encode_entry,
-    gap_entry,
+    fit_entry,
     slot_state,
 )
 from monotape.platform.ring.protocol import (
@@ -34,6 +33,7 @@ from monotape.platform.ring.protocol import (
     RingRead,
     SnapshotChunk,
     SnapshotPut,
+    fitted,
 )
 
 __all__ = ["MemoryReader", "MemoryRing"]
@@ -70,12 +70,8 @@ class MemoryRing:
         return reader
 
     def publish(self, entry: Entry) -> PublishOutcome:
-        data = encode_entry(entry)
-        outcome = PublishOutcome.PUBLISHED
-        if len(data) > self._geometry.max_entry:
-            data = gap_entry(entry.frame_no, entry.boundary_ns, entry.published_ns)
-            outcome = PublishOutcome.OVERSIZE
-            self._counters.oversize += 1
+        data, fit = fit_entry(entry, self._geometry.max_entry)
+        outcome = fitted(fit, self._counters)
         no = self.head + 1
         slot = (no - 1) % self._geometry.slots
         self._slots[slot] = data

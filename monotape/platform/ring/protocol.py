@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Protocol
 
-from monotape.platform.ring.layout import Entry, Geometry, RingFrame
+from monotape.platform.ring.layout import Entry, Fit, Geometry, RingFrame
 
 __all__ = [
     "Gap",
@@ -27,11 +27,15 @@ __all__ = [
     "RingReader",
     "SnapshotChunk",
     "SnapshotPut",
+    "fitted",
 ]
 
 
 class PublishOutcome(Enum):
     PUBLISHED = "published"
+    # Published without the frame's tick ages: with them it did not fit a slot (the writers
+    # record no tick_to_write for it; everything else is as PUBLISHED)
+    AGES_DROPPED = "ages_dropped"
     # The entry did not fit a slot: a GAP entry went out in its place, so every reader
     # snapshots next (the snapshot table already holds the frame's symbols, see below).
     OVERSIZE = "oversize"
@@ -86,6 +90,7 @@ class ProducerCounters:
 
     published: int = 0  # entries, gaps included
     oversize: int = 0  # frames published as a gap
+    ages_dropped: int = 0  # frames published without their tick ages (they did not fit)
     bells_dropped: int = 0  # a reader's doorbell full (it is stopped or behind) or gone
     snapshots_refused: int = 0  # TOO_LARGE or OUT_OF_RANGE
 
@@ -103,6 +108,17 @@ class ReaderCounters:
     # a symbol left out of a snapshot: both stored records are newer than this reader's
     # position (it is more than a frame behind the producer); its terminal resyncs on a gap
     snapshot_ahead: int = 0
+
+
+def fitted(fit: Fit, counters: ProducerCounters) -> PublishOutcome:
+    """The outcome of publishing an entry that went into its slot as ``fit``, counted."""
+    if fit is Fit.WHOLE:
+        return PublishOutcome.PUBLISHED
+    if fit is Fit.WITHOUT_AGES:
+        counters.ages_dropped += 1
+        return PublishOutcome.AGES_DROPPED
+    counters.oversize += 1
+    return PublishOutcome.OVERSIZE
 
 
 class RingProducer(Protocol):

@@ -38,8 +38,7 @@ from monotape.platform.ring.layout import (
     RingFrame,
     SlotState,
     decode_entry,
-    encode_entry,
-    gap_entry,
+    fit_entry,
     slot_state,
 )
 from monotape.platform.ring.protocol import (
@@ -52,6 +51,7 @@ from monotape.platform.ring.protocol import (
     RingRead,
     SnapshotChunk,
     SnapshotPut,
+    fitted,
 )
 from monotape.platform.ring.segment import (
     SHM_DIR,
@@ -135,12 +135,8 @@ class ShmRing:
     def publish(self, entry: Entry) -> PublishOutcome:
         seg = self._seg
         g = seg.geometry
-        data = encode_entry(entry)
-        outcome = PublishOutcome.PUBLISHED
-        if len(data) > g.max_entry:
-            data = gap_entry(entry.frame_no, entry.boundary_ns, entry.published_ns)
-            outcome = PublishOutcome.OVERSIZE
-            self._counters.oversize += 1
+        data, fit = fit_entry(entry, g.max_entry)
+        outcome = fitted(fit, self._counters)
         w = seg.words
         no = w[W_HEAD] + 1
         off = g.slot_offset(no)
