@@ -1,6 +1,7 @@
 """A writer process records ``tick_to_write`` from the frame's tick ages (the host): for the same
 ticks and the same writes it records exactly what the one-process node records from the ticks
-themselves, through the ring's bytes; an instrument that is not a wire id gives no ages."""
+themselves, through the ring's bytes, also when a record cannot encode; an instrument that is
+not a wire id gives no ages."""
 
 from __future__ import annotations
 
@@ -10,13 +11,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from monotape.histograms import Recorders
-from monotape.platform.core.conflation import Frame
+from monotape.platform.core.conflation import Frame, FrameRecord
 from monotape.platform.core.stamps import StageStamps
-from monotape.platform.host.publisher import FramePublisher
+from monotape.platform.host.publisher import Encoders, FramePublisher
 from monotape.platform.host.ring_feed import ticks_of
 from monotape.platform.model import Tick
 from monotape.platform.ring import MemoryRing, RingConfig, RingFrame
 from monotape.platform.ring.layout import Entry, decode_entry, encode_entry
+from monotape.platform.wire import codec
 
 MS = 1_000_000
 OFFSET = 1_700_000_000 * 10**9
@@ -48,38 +50,45 @@ def _stamped(batches: list[tuple[int, list[int]]]) -> tuple[StageStamps, list[li
 @given(
     batches=BATCHES,
     written=st.sets(st.integers(0, 12)),
+    broken=st.sets(st.integers(0, 12), max_size=2),
     latencies=st.lists(st.integers(0, 20 * MS), max_size=6),
     direct=st.integers(0, 6),
 )
 def test_the_writer_records_what_the_node_records(
-    batches: list[tuple[int, list[int]]], written: set[int], latencies: list[int], direct: int
+    batches: list[tuple[int, list[int]]],
+    written: set[int],
+    broken: set[int],
+    latencies: list[int],
+    direct: int,
 ) -> None:
-    symbols = len({i for _, iids in batches for i in iids})  # one record per instrument
-    written_iids = np.array(
-        sorted(written & {i for _, iids in batches for i in iids}), dtype=np.int64
-    )
+    """``broken``: instruments whose record cannot encode (left out of the frame, so never in a
+    payload): the node still counts them among the frame's records, the entry does not."""
+    present = {i for _, iids in batches for i in iids}
+    frame = Frame(1, BOUNDARY, [FrameRecord(i, None, _tick(i, 0, 0)) for i in sorted(present)])
+    written_iids = np.array(sorted((written & present) - broken), dtype=np.int64)
     lat = np.array(latencies, dtype=np.int64)
     direct = min(direct, len(lat))
 
     node, _ = _stamped(batches)  # the one-process node: framed, then written
-    node.framed(BOUNDARY, PUBLISHED, OFFSET, symbols=symbols)
+    node.framed(BOUNDARY, PUBLISHED, OFFSET, symbols=len(frame.records))
     node.written(lat, written_iids, direct)
 
     sequencer, _ = _stamped(batches)  # the host: the sequencer's ages through the ring's bytes
     ages = sequencer.frame_ticks()
-    sequencer.framed(BOUNDARY, PUBLISHED, OFFSET, symbols=symbols)
+    sequencer.framed(BOUNDARY, PUBLISHED, OFFSET, symbols=len(frame.records))
     ring = MemoryRing(RingConfig(total_bytes=1 << 24, slot_bytes=1 << 16, snapshot_iids=64))
     try:
         reader = ring.reader(0)
-        FramePublisher(ring, lambda: PUBLISHED).publish_frame(Frame(1, BOUNDARY, []), ages)
+        publisher = FramePublisher(ring, lambda: PUBLISHED, encoders=_breaking(broken))
+        publisher.publish_frame(frame, ages)
         read = reader.poll()
     finally:
         ring.close()
-    assert isinstance(read, RingFrame)
+    assert isinstance(read, RingFrame) and publisher.left_out == len(broken & present)
     again = decode_entry(_reencoded(read))  # the views survive a second round trip
     writer = StageStamps(Recorders(start_ms=0))
     writer.written_frame(
-        lat, direct, read.published_ns, written_iids, symbols, ticks_of(again.ages)
+        lat, direct, read.published_ns, written_iids, len(read.records), ticks_of(again.ages)
     )
 
     want = {iv.stage: iv.histogram for iv in node.rotate(1_000, OFFSET)}
@@ -88,6 +97,17 @@ def test_the_writer_records_what_the_node_records(
         assert _values(got[stage]) == _values(want[stage]), stage
     if not batches:
         assert ages is None
+
+
+def _breaking(broken: set[int]) -> Encoders:
+    """The codec's encoders, refusing the ``broken`` instruments as a bad value would."""
+
+    def delta(base: Tick | None, new: Tick) -> bytes:
+        if new.iid in broken:
+            raise ValueError(f"iid {new.iid} cannot encode")
+        return codec.encode_delta_record(base, new)
+
+    return codec.encode_full_record, delta
 
 
 def test_an_instrument_past_the_wire_ids_gives_no_ages() -> None:

@@ -32,7 +32,7 @@ SECTION = st.dictionaries(U32, st.binary(max_size=80), max_size=40)
 @st.composite
 def tick_ages(draw: st.DrawFn) -> TickAges | None:
     """None, or runs of ticks (each run's count, its decoded time) with a u16 iid per tick."""
-    counts = draw(st.lists(st.integers(0, 30), max_size=8))
+    counts = draw(st.lists(st.integers(1, 30), max_size=8))
     if not counts and draw(st.booleans()):
         return None
     decoded = b"".join(draw(I64).to_bytes(8, "little", signed=True) for _ in counts)
@@ -140,6 +140,15 @@ def test_tick_ages_that_do_not_add_up_are_layout_errors() -> None:
     data[ENTRY_HEAD.size + 8] = 2  # the run now claims 2 ticks; the entry carries 1
     with pytest.raises(LayoutError, match="do not add up"):
         decode_entry(bytes(data))
+    data[ENTRY_HEAD.size + 8] = 0  # an empty run
+    with pytest.raises(LayoutError, match="empty"):
+        decode_entry(bytes(data))
+    for counts, iids in (((0,), b""), ((2,), b"ab"), ((1, 0), b"ab")):  # refused at the source
+        ticks = b"".join(c.to_bytes(4, "little") for c in counts)
+        with pytest.raises(LayoutError):
+            encode_entry(
+                Entry(EntryKind.FRAME, 1, 2, 3, ages=TickAges(one_run * len(counts), ticks, iids))
+            )
 
 
 def test_gap_entry_names_its_frame() -> None:

@@ -85,6 +85,18 @@ class FrameTicks(NamedTuple):
     runs: IntArray
     iids: npt.NDArray[np.uint16]
 
+    def without(self, iids: Sequence[int]) -> FrameTicks | None:
+        """These ticks less those of ``iids`` (instruments the frame left out: they cannot
+        encode), None when none is left: the ages say only what the entry's records carry."""
+        keep = ~np.isin(self.iids, np.asarray(iids, dtype=np.int64))
+        starts = np.zeros(len(self.runs), dtype=np.int64)
+        np.cumsum(self.runs[:-1], out=starts[1:])
+        kept = np.add.reduceat(keep, starts, dtype=np.int64)  # runs are never empty
+        some = kept > 0
+        if not some.any():
+            return None
+        return FrameTicks(self.decoded[some], kept[some], self.iids[keep])
+
 
 class StageStamps:
     """Stamps per batch, records per frame, as runs: struct of arrays, not attributes per tick.

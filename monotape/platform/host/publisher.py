@@ -100,18 +100,22 @@ class FramePublisher:
         put = ring.put_snapshot
         full, delta = self._full, self._delta
         records: dict[int, bytes] = {}
+        left_out: list[int] = []
         for rec in frame.records:
             new = rec.new
             try:
                 chunk = delta(rec.base, new)
                 put(rec.iid, (new.epoch, new.seq), full(new))
             except ValueError as exc:  # this symbol only: its terminals see a gap next frame
-                self.left_out += 1
+                left_out.append(rec.iid)
                 if self._failures is not None:
                     self._failures.record("encode", exc, iid=rec.iid)
                 continue
             records[rec.iid] = chunk
         published = self._now_ns()
+        if left_out:  # its ticks went to no screen: no tick_to_write for them at any writer
+            self.left_out += len(left_out)
+            ticks = None if ticks is None else ticks.without(left_out)
         ages = None
         if ticks is not None:  # u32 tick counts: a run is at most a frame's ticks
             runs = ticks.runs.astype(np.uint32)

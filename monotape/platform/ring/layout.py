@@ -241,7 +241,17 @@ def _ages(ages: TickAges | None) -> tuple[int, int, tuple[bytes | memoryview, ..
             f"tick ages of {len(ages.decoded)}, {len(ages.ticks)} and {len(ages.iids)} bytes "
             "are not runs of i64 + u32 and ticks of u16"
         )
+    _check_runs(memoryview(ages.ticks).cast(_U32), ages.count)  # the producer fails, not readers
     return runs, ages.count, (ages.decoded, ages.ticks, ages.iids)
+
+
+def _check_runs(counts: memoryview, ticks: int) -> None:
+    """Every run holds ticks, and they add up to the ages' ticks: O(runs), a few per bus batch
+    of the frame."""
+    if len(counts) and (min(counts) == 0 or sum(counts) != ticks):
+        raise LayoutError(f"the tick ages' runs are empty or do not add up to their {ticks} ticks")
+    if ticks and not len(counts):
+        raise LayoutError(f"{ticks} aged ticks in no run")
 
 
 def encode_entry(entry: Entry) -> bytes:
@@ -352,8 +362,7 @@ def decode_entry(buf: bytes, no: int = 0) -> RingFrame:
         counts_at = ages_at + 8 * runs
         iids_at = counts_at + 4 * runs
         counts = view[counts_at:iids_at]
-        if sum(counts.cast(_U32)) != aged:  # O(runs): a few per bus batch of the frame
-            raise LayoutError(f"the tick ages' runs do not add up to their {aged} ticks")
+        _check_runs(counts.cast(_U32), aged)
         ages = TickAges(view[ages_at:counts_at], counts, view[iids_at:bodies])
     return RingFrame(
         no,
