@@ -155,8 +155,9 @@ def alert_rules() -> list[AlertRule]:
             description=(
                 "More than 1% of ticks took longer than 80 ms from decoding to being handed to "
                 "the kernel, before any WAN: the desk's tick-to-glass budget (p99 <= 80 ms) is "
-                "spent inside the node. Read per tick from the tick_to_write stage, not a sum "
-                "of stage p99s."
+                "spent inside the node. Read per tick from the tick_to_write stage (on a host "
+                "with several writers, per tick and writer that sent it), not a sum of stage "
+                "p99s."
             ),
         ),
         AlertRule(
