@@ -176,9 +176,9 @@ def _ages_once(rng: random.Random) -> tuple[float, float, float]:
 
     from monotape.histograms import Recorders
     from monotape.platform.core.stamps import StageStamps
+    from monotape.platform.host.publisher import ages_of
     from monotape.platform.host.ring_feed import ticks_of
     from monotape.platform.model import Tick
-    from monotape.platform.ring import TickAges
 
     per = AGED_TICKS // AGED_BATCHES
     sequencer, node = StageStamps(Recorders(start_ms=0)), StageStamps(Recorders(start_ms=0))
@@ -194,9 +194,7 @@ def _ages_once(rng: random.Random) -> tuple[float, float, float]:
     t0 = time.process_time_ns()
     ticks = sequencer.frame_ticks()
     assert ticks is not None
-    ages = TickAges(
-        ticks.decoded.tobytes(), ticks.runs.astype(np.uint32).tobytes(), ticks.iids.tobytes()
-    )
+    ages = ages_of(ticks)
     aged = time.process_time_ns() - t0
     latencies = np.arange(WRITES, dtype=np.int64) * 1_000
     symbols = np.unique(ticks.iids).astype(np.int64)

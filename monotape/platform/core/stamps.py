@@ -215,7 +215,7 @@ class StageStamps:
         )  # one native pass a batch (core/fields.py)
         if int(iids.min()) < 0 or int(iids.max()) >= _IID_SPACE:
             return None
-        return FrameTicks(runs[:, 1].copy(), runs[:, 2].copy(), iids.astype(np.uint16))
+        return FrameTicks(runs[:, 1], runs[:, 2], iids.astype(np.uint16))
 
     def framed(
         self,
@@ -273,11 +273,9 @@ class StageStamps:
         self._framed_decoded = self._framed_n = _EMPTY
         symbols, self._framed_symbols = self._framed_symbols, -1
         mine = latencies_ns if direct is None else latencies_ns[:direct]
-        if not (len(runs) and len(written_iids)):
-            return
-        n = int(runs.sum())
 
         def iids() -> IntArray:  # one pass over the frame's admitted ticks, only when needed
+            n = int(runs.sum())
             return np.fromiter([t.iid for t in chain.from_iterable(framed)], np.int64, count=n)
 
         self._end_to_end(mine, self._framed_published, written_iids, symbols, decoded, runs, iids)
@@ -301,7 +299,7 @@ class StageStamps:
         own slowest direct write: a tick two writers carried has a value from each (docs/
         observability.md)."""
         self._write.add_ns(latencies_ns)
-        if ticks is None or not (len(ticks.runs) and len(written_iids)):
+        if ticks is None:
             return
         iids = ticks.iids
         self._end_to_end(
@@ -327,7 +325,7 @@ class StageStamps:
         """tick_to_write for a frame's ticks (runs of ``runs`` ticks decoded at ``decoded``):
         up to the frame's slowest direct write, for the ticks of ``written_iids`` (``iids_of``
         names every tick's instrument; read only when not every instrument went out)."""
-        if not len(direct_ns):
+        if not (len(direct_ns) and len(runs) and len(written_iids)):
             return
         last_write = published_ns + int(direct_ns.max())
         if len(written_iids) == symbols:  # all of the frame's instruments: every tick carried

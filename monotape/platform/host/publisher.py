@@ -37,11 +37,20 @@ from monotape.platform.core.sequencer import Sequencer
 from monotape.platform.core.snapshots import FailureSink
 from monotape.platform.core.stamps import FrameTicks
 from monotape.platform.model import Tick
-from monotape.platform.ring.layout import Entry, EntryKind, RingFrame, TickAges
+from monotape.platform.ring.ages import TickAges
+from monotape.platform.ring.layout import Entry, EntryKind, RingFrame
 from monotape.platform.ring.protocol import PublishOutcome, RingProducer, SnapshotChunk
 from monotape.platform.wire import codec
 
-__all__ = ["Encoders", "FramePublisher", "Interest", "NoInterest", "SeedResult", "seed"]
+__all__ = [
+    "Encoders",
+    "FramePublisher",
+    "Interest",
+    "NoInterest",
+    "SeedResult",
+    "ages_of",
+    "seed",
+]
 
 # (full record of a tick, delta record from a base to a new tick)
 Encoders: TypeAlias = tuple[Callable[[Tick], bytes], Callable[[Tick | None, Tick], bytes]]
@@ -116,10 +125,7 @@ class FramePublisher:
         if left_out:  # its ticks went to no screen: no tick_to_write for them at any writer
             self.left_out += len(left_out)
             ticks = None if ticks is None else ticks.without(left_out)
-        ages = None
-        if ticks is not None:  # u32 tick counts: a run is at most a frame's ticks
-            runs = ticks.runs.astype(np.uint32)
-            ages = TickAges(ticks.decoded.tobytes(), runs.tobytes(), ticks.iids.tobytes())
+        ages = None if ticks is None else ages_of(ticks)
         outcome = ring.publish(
             Entry(EntryKind.FRAME, frame.frame_no, frame.boundary_ns, published, records, ages=ages)
         )
@@ -159,6 +165,13 @@ class FramePublisher:
                 priority=priority,
             )
         )
+
+
+def ages_of(ticks: FrameTicks) -> TickAges:
+    """The ring's bytes of a frame's ticks (``ring_feed.ticks_of`` reads them back). u32 tick
+    counts: a run is at most a frame's ticks."""
+    runs = ticks.runs.astype(np.uint32)
+    return TickAges(ticks.decoded.tobytes(), runs.tobytes(), ticks.iids.tobytes())
 
 
 class SeedResult:

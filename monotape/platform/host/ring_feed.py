@@ -35,7 +35,8 @@ import numpy as np
 from monotape.platform.core.fanout import SubscriptionIndex
 from monotape.platform.core.planner import Pacer, plan_chunks
 from monotape.platform.core.stamps import FrameTicks, StageStamps
-from monotape.platform.ring.layout import EntryKind, Records, RingFrame, TickAges
+from monotape.platform.ring.ages import TickAges
+from monotape.platform.ring.layout import EntryKind, Records, RingFrame
 from monotape.platform.ring.protocol import Gap, Lapped, RingRead, RingReader
 from monotape.platform.server.writer import Writer
 from monotape.platform.wire import codec

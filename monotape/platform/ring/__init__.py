@@ -3,8 +3,9 @@ writer reads them. ``protocol`` is the boundary and its guarantees; ``layout`` t
 ``memory`` the in-process ring; ``shm`` the /dev/shm ring over a ``segment`` (name, lifecycle,
 sweep); ``doorbell`` the wake-ups; ``driver`` the reader's asyncio driver."""
 
+from monotape.platform.ring.ages import TickAges
 from monotape.platform.ring.driver import RingFollower
-from monotape.platform.ring.layout import Entry, EntryKind, Records, RingConfig, RingFrame, TickAges
+from monotape.platform.ring.layout import Entry, EntryKind, Records, RingConfig, RingFrame
 from monotape.platform.ring.memory import MemoryReader, MemoryRing
 from monotape.platform.ring.protocol import (
     Gap,

@@ -5,12 +5,8 @@ records the ``tick_to_write`` stage. Bytes only, no I/O; ``layout`` puts them in
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Final
 
-__all__ = ["RUN_BYTES", "TICK_BYTES", "TickAges"]
-
-RUN_BYTES: Final = 12  # an age run: decoded_ns i64 and its tick count u32
-TICK_BYTES: Final = 2  # an aged tick: its iid, u16 (a wire id)
+__all__ = ["TickAges"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,7 +29,7 @@ class TickAges:
     @property
     def count(self) -> int:
         """How many ticks (the sum of ``ticks``)."""
-        return len(self.iids) // TICK_BYTES
+        return len(self.iids) // 2
 
     @property
     def nbytes(self) -> int:

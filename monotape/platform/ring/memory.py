@@ -20,7 +20,6 @@ from monotape.platform.ring.layout import (
     RingFrame,
     SlotState,
     decode_entry,
-    fit_entry,
     slot_state,
 )
 from monotape.platform.ring.protocol import (
@@ -33,7 +32,7 @@ from monotape.platform.ring.protocol import (
     RingRead,
     SnapshotChunk,
     SnapshotPut,
-    fitted,
+    fit_entry,
 )
 
 __all__ = ["MemoryReader", "MemoryRing"]
@@ -70,8 +69,7 @@ class MemoryRing:
         return reader
 
     def publish(self, entry: Entry) -> PublishOutcome:
-        data, fit = fit_entry(entry, self._geometry.max_entry)
-        outcome = fitted(fit, self._counters)
+        data, outcome = fit_entry(entry, self._geometry.max_entry, self._counters)
         no = self.head + 1
         slot = (no - 1) % self._geometry.slots
         self._slots[slot] = data

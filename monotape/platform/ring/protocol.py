@@ -9,11 +9,11 @@ one-process node) and ``shm.ShmRing`` (a segment in /dev/shm shared by processes
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Protocol
 
-from monotape.platform.ring.layout import Entry, Fit, Geometry, RingFrame
+from monotape.platform.ring.layout import Entry, Geometry, RingFrame, encode_entry, gap_entry
 
 __all__ = [
     "Gap",
@@ -27,7 +27,7 @@ __all__ = [
     "RingReader",
     "SnapshotChunk",
     "SnapshotPut",
-    "fitted",
+    "fit_entry",
 ]
 
 
@@ -110,15 +110,22 @@ class ReaderCounters:
     snapshot_ahead: int = 0
 
 
-def fitted(fit: Fit, counters: ProducerCounters) -> PublishOutcome:
-    """The outcome of publishing an entry that went into its slot as ``fit``, counted."""
-    if fit is Fit.WHOLE:
-        return PublishOutcome.PUBLISHED
-    if fit is Fit.WITHOUT_AGES:
-        counters.ages_dropped += 1
-        return PublishOutcome.AGES_DROPPED
+def fit_entry(
+    entry: Entry, max_entry: int, counters: ProducerCounters
+) -> tuple[bytes, PublishOutcome]:
+    """The bytes a producer writes into a slot of ``max_entry`` bytes for ``entry``, and the
+    outcome, counted. The tick ages never cost a frame its records: they are the first thing
+    left out; a frame too large even without them goes out as a GAP entry."""
+    data = encode_entry(entry)
+    if len(data) <= max_entry:
+        return data, PublishOutcome.PUBLISHED
+    if entry.ages is not None:
+        data = encode_entry(replace(entry, ages=None))
+        if len(data) <= max_entry:
+            counters.ages_dropped += 1
+            return data, PublishOutcome.AGES_DROPPED
     counters.oversize += 1
-    return PublishOutcome.OVERSIZE
+    return gap_entry(entry.frame_no, entry.boundary_ns, entry.published_ns), PublishOutcome.OVERSIZE
 
 
 class RingProducer(Protocol):

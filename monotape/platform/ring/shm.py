@@ -38,7 +38,6 @@ from monotape.platform.ring.layout import (
     RingFrame,
     SlotState,
     decode_entry,
-    fit_entry,
     slot_state,
 )
 from monotape.platform.ring.protocol import (
@@ -51,7 +50,7 @@ from monotape.platform.ring.protocol import (
     RingRead,
     SnapshotChunk,
     SnapshotPut,
-    fitted,
+    fit_entry,
 )
 from monotape.platform.ring.segment import (
     SHM_DIR,
@@ -135,8 +134,7 @@ class ShmRing:
     def publish(self, entry: Entry) -> PublishOutcome:
         seg = self._seg
         g = seg.geometry
-        data, fit = fit_entry(entry, g.max_entry)
-        outcome = fitted(fit, self._counters)
+        data, outcome = fit_entry(entry, g.max_entry, self._counters)
         w = seg.words
         no = w[W_HEAD] + 1
         off = g.slot_offset(no)
