@@ -3,7 +3,12 @@
 A terminal here is an ``asyncio.Protocol`` on a raw socket: it sends the upgrade by hand, then
 its requests (masked client frames), and from then on only walks the frame headers of what
 arrives: it counts bytes and messages per kind (the first payload byte, ``codec.Kind``), answers
-pings (so the server's ``glass`` samples keep flowing) and never decodes a payload. The
+pings (so the server's ``glass`` samples keep flowing) and never decodes a payload. With
+``numbers`` it also reads the frame number after the kind of every FRAME and SNAPSHOT (a
+uvarint: the 40 ms grid slot, docs/wire.md) and counts the distinct boundaries it was shown, so
+bench_latency's frames per terminal are frame numbers, not messages (a terminal catching up
+after a stall reads several messages a boundary, and a message count would say it got more
+than 25 a second). The
 ``websockets`` client costs ~15-25 µs per message in Python, which at 4,200 terminals x 25 Hz is
 more than a core; this costs a small fraction of that (the benches report its own CPU).
 
@@ -25,7 +30,9 @@ from typing import Any, cast
 
 __all__ = ["CountingClient", "Counts", "client_frame"]
 
-KINDS = 9  # codec.Kind values are 1..8; index 0 counts payloads too short to carry one
+KINDS = 10  # codec.Kind values are 1..9; index 0 counts payloads too short to carry one
+FRAME, SNAPSHOT = 3, 2  # codec.Kind: the numbered messages
+HEAD = 11  # a payload's kind and its frame number (a uvarint: at most 10 bytes)
 
 
 class Counts:
@@ -63,6 +70,7 @@ class CountingClient(asyncio.Protocol):
         requests: bytes,
         done: asyncio.Future[bool],
         path: str = "/",
+        numbers: bool = False,
     ) -> None:
         self.counts = counts
         self.host = host
@@ -74,8 +82,13 @@ class CountingClient(asyncio.Protocol):
         self.status = b""  # the upgrade's status line, for the error report
         self.is_open = False
         self.skip = 0  # payload bytes of the current message still to arrive
-        self.need_kind = False  # the current data message's first payload byte not seen yet
+        self.numbers = numbers  # read the frame numbers (``_numbered``)
+        self.head = b""  # the current message's first payload bytes, while it is split
+        self.head_need = 0  # of those, how many are still to arrive
         self.partial = b""  # an incomplete frame header (or an incomplete control frame)
+        self.frame_no = -1  # the highest frame number shown (FRAME or SNAPSHOT), -1: none yet
+        self.boundaries = 0  # distinct frame numbers shown: each above the one before
+        self.repeats = 0  # FRAMEs whose number was not above the last one shown (must stay 0)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
@@ -120,9 +133,13 @@ class CountingClient(asyncio.Protocol):
                 return
         n = len(data)
         skip = self.skip
-        if self.need_kind and skip:  # a message whose payload starts in this chunk
-            counts.kinds[data[0] if data[0] < KINDS else 0] += 1
-            self.need_kind = False
+        if self.head_need:  # the rest of a split payload's head (skip covers it)
+            take = min(self.head_need, n)
+            self.head += data[:take]
+            self.head_need -= take
+            if not self.head_need:
+                self._read_head(self.head)
+                self.head = b""
         if skip >= n:
             self.skip = skip - n
             return
@@ -133,6 +150,7 @@ class CountingClient(asyncio.Protocol):
         pos = skip
         msgs = 0
         kinds = counts.kinds
+        numbers = self.numbers
         while n - pos >= 2:
             b0 = data[pos]
             ln = data[pos + 1] & 0x7F
@@ -152,11 +170,16 @@ class CountingClient(asyncio.Protocol):
                 if b0 & 0x80:
                     msgs += 1
                 if ln:
-                    if pos + hl < n:
-                        k = data[pos + hl]
+                    start = pos + hl
+                    want = (ln if ln < HEAD else HEAD) if numbers else 1
+                    if start + want <= n:
+                        k = data[start]
                         kinds[k if k < KINDS else 0] += 1
-                    else:
-                        self.need_kind = True
+                        if numbers and k in (FRAME, SNAPSHOT):
+                            self._numbered(k, data, start + 1, start + want)
+                    else:  # the head goes on in the next read(s)
+                        self.head = data[start:n]
+                        self.head_need = want - (n - start)
                 else:
                     kinds[0] += 1
             elif pos + hl + ln > n:
@@ -170,6 +193,30 @@ class CountingClient(asyncio.Protocol):
         else:
             self.partial = data[pos:]
             self.skip = 0
+
+    def _read_head(self, head: bytes) -> None:
+        """A payload's head that arrived split over reads: count its kind (and number)."""
+        k = head[0]
+        self.counts.kinds[k if k < KINDS else 0] += 1
+        if self.numbers and k in (FRAME, SNAPSHOT):
+            self._numbered(k, head, 1, len(head))
+
+    def _numbered(self, kind: int, buf: bytes, i: int, end: int) -> None:
+        """The frame number at ``buf[i:end]`` (a uvarint): a new boundary if above the last one
+        shown; a FRAME at or below it is a repeat. A number cut short is not counted."""
+        no = shift = 0
+        while i < end:
+            b = buf[i]
+            no |= (b & 0x7F) << shift
+            if b < 0x80:
+                if no > self.frame_no:
+                    self.frame_no = no
+                    self.boundaries += 1
+                elif kind == FRAME:
+                    self.repeats += 1
+                return
+            shift += 7
+            i += 1
 
     def close(self) -> None:
         """A graceful close (1000): the server answers and drops the socket."""
@@ -185,6 +232,34 @@ def _emit(obj: dict[str, Any]) -> None:
 
 def _same(proto: CountingClient) -> CountingClient:
     return proto
+
+
+class _Marks:
+    """Each open terminal's frame numbers at the last sample, so the next one reports the
+    boundaries shown in between by the terminals open at both: no average over terminals
+    that came or went, no message counted for a boundary twice."""
+
+    def __init__(self) -> None:
+        self._at: dict[CountingClient, tuple[int, int, int]] = {}
+
+    def since(self, clients: list[CountingClient]) -> dict[str, int]:
+        """``held``: terminals open (and numbered) at both samples; ``boundaries``: distinct
+        frame numbers they were shown in between; ``slots``: how far their frame numbers
+        moved (the grid they saw pass: boundaries plus those they missed); ``repeats``."""
+        out = {"held": 0, "boundaries": 0, "slots": 0, "repeats": 0}
+        at: dict[CountingClient, tuple[int, int, int]] = {}
+        for p in clients:
+            if not p.is_open or p.frame_no < 0:
+                continue
+            now = at[p] = (p.boundaries, p.frame_no, p.repeats)
+            before = self._at.get(p)
+            if before is not None:
+                out["held"] += 1
+                out["boundaries"] += now[0] - before[0]
+                out["slots"] += now[1] - before[1]
+                out["repeats"] += now[2] - before[2]
+        self._at = at
+        return out
 
 
 def _snapshot(counts: Counts, cpu: float, live: int) -> dict[str, Any]:
@@ -205,8 +280,9 @@ async def _run(job: dict[str, Any]) -> None:
 
     Each terminal connects at its ``at`` (a failed or refused upgrade retries after 1 s, while
     the job's ``until`` has not passed), writes its requests, then stays. On every stdin line
-    ("sample") it prints a snapshot of its counts and its own CPU; on "close" (or EOF) every
-    terminal closes gracefully and the process exits."""
+    ("sample") it prints a snapshot of its counts and its own CPU, with the frame numbers shown
+    since the previous sample (``_Marks``); on "close" (or EOF) every terminal closes
+    gracefully and the process exits."""
     import psutil
 
     loop = asyncio.get_running_loop()
@@ -221,7 +297,7 @@ async def _run(job: dict[str, Any]) -> None:
         while time.monotonic() < until:
             done: asyncio.Future[bool] = loop.create_future()
             try:
-                proto = CountingClient(counts, host, requests, done, job["path"])
+                proto = CountingClient(counts, host, requests, done, job["path"], numbers=True)
                 factory = functools.partial(_same, proto)
                 await loop.create_connection(factory, "127.0.0.1", job["port"])
                 ok = await asyncio.wait_for(done, 30.0)
@@ -243,13 +319,15 @@ async def _run(job: dict[str, Any]) -> None:
         for t in job["terminals"]
     ]
     proc = psutil.Process()
+    marks = _Marks()
     while True:
         line = await loop.run_in_executor(None, sys.stdin.readline)
         if line.strip() != "sample":
             break
         c = proc.cpu_times()
         live = sum(1 for p in clients if p.is_open)
-        _emit({**_snapshot(counts, c.user + c.system, live), "failures": failures})
+        snap = _snapshot(counts, c.user + c.system, live)
+        _emit({**snap, "window": marks.since(clients), "failures": failures})
     for t in tasks:
         t.cancel()
     for p in clients:

@@ -25,6 +25,8 @@ __all__ = [
     "FEED_HANDLER_UP",
     "FEED_LAG",
     "FRAMES_SENT",
+    "FRAME_BOUNDARIES",
+    "FRAME_BOUNDARIES_SKIPPED",
     "FRAME_PAYLOADS",
     "GAP_SNAPSHOTS",
     "GC_FROZEN_OBJECTS",
@@ -105,6 +107,9 @@ INVARIANT_VIOLATION = "monotape_invariant_violation"  # {invariant}
 INVARIANT_CHECK_SECONDS = "monotape_invariant_check_seconds"  # {invariant}
 CONNECTIONS = "monotape_connections"
 FRAMES_SENT = "monotape_frames_sent_total"
+FRAME_BOUNDARIES = "monotape_frame_boundaries_total"  # 40 ms boundaries the frame loop took
+# grid boundaries the frame loop passed over because it was late (conflated into the next frame)
+FRAME_BOUNDARIES_SKIPPED = "monotape_frame_boundaries_skipped_total"
 # full records a max_hz boundary owed its terminals that the snapshots did not have (a writer
 # process's ring table only newer than its frame): asked for again at that rate's next boundary
 MAX_HZ_RETRIED = "monotape_max_hz_retried_total"

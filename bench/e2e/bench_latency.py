@@ -29,9 +29,13 @@ bench reads (admin token):
 - ``/metrics`` scraped every second by the bench (nobody else resets
   ``monotape_event_loop_lag_max_seconds``, a max since the last scrape): the worst loop lag
   inside the window and ``process_resident_memory_bytes`` at its end.
-- The clients' own counts over the window: FRAME messages per terminal per second (25 when
-  every boundary reaches every terminal), PRIORITY messages per second, ERROR messages; the
-  server's and the clients' CPU seconds per second (psutil).
+- The clients' own counts over the window: frames per terminal per second as distinct frame
+  numbers (FRAME or SNAPSHOT) shown to each terminal open at both ends of the window (25 when
+  every boundary reaches every terminal; a message count would read more for a terminal
+  catching up after a stall), with the FRAME messages read, the boundaries a terminal's
+  numbers passed without showing it and the server's own skipped-boundary rate
+  (``monotape_frame_boundaries_skipped_total``) in the note; PRIORITY messages per second,
+  ERROR messages; the server's and the clients' CPU seconds per second (psutil).
 
 The peer, in the same run on a fresh server with the same ``--rate``: 10x fewer terminals
 (420 full / 20 quick) with the same ramp length and window. Each variant runs ``repeats``
@@ -102,7 +106,13 @@ from bench.wsclient import KINDS, client_frame
 from monotape.histograms import ALL_STAGES, STAGES
 from monotape.loadgen.launch import RunningNode, sum_samples
 from monotape.loadgen.watchlists import zipf_watchlists
-from monotape.metric_names import CONNECTIONS, EVENT_LOOP_LAG_MAX, GC_PAUSE, TICKS_ADMITTED
+from monotape.metric_names import (
+    CONNECTIONS,
+    EVENT_LOOP_LAG_MAX,
+    FRAME_BOUNDARIES_SKIPPED,
+    GC_PAUSE,
+    TICKS_ADMITTED,
+)
 from monotape.platform.feeds.simulator import build_universe
 from monotape.platform.wire.codec import Kind
 from monotape.platform.wire.requests import SetPriority, Subscribe, encode_request
@@ -235,13 +245,15 @@ class _Clients:
             assert p.stdin is not None
             p.stdin.write("sample\n")
             p.stdin.flush()
-        total: dict[str, Any] = {"kinds": [0] * KINDS, "failures": []}
+        total: dict[str, Any] = {"kinds": [0] * KINDS, "failures": [], "window": {}}
         for p in self.procs:
             assert p.stdout is not None
             snap = json.loads(p.stdout.readline())
             for key in ("cpu_s", "bytes", "msgs", "open", "closed", "live"):
                 total[key] = total.get(key, 0) + snap[key]
             total["kinds"] = [a + b for a, b in zip(total["kinds"], snap["kinds"], strict=True)]
+            for key, n in snap["window"].items():  # frame numbers since the previous sample
+                total["window"][key] = total["window"].get(key, 0) + n
             total["failures"] += snap["failures"]
         total["t"] = time.monotonic()
         return total
@@ -274,7 +286,7 @@ class Outcome:
     rss_mb: float
     connections: float
     window_s: float
-    frames_per_terminal_s: float  # FRAME messages a terminal received per second
+    frames_per_terminal_s: float  # distinct frame numbers a terminal was shown per second
     priority_per_s: float  # PRIORITY messages, all terminals
     errors_received: int  # ERROR messages (a refused request)
     server_cpu: float  # CPU seconds per second over the window (1.0 = one core)
@@ -285,6 +297,10 @@ class Outcome:
     writers: int = 0  # 0: the one-process node
     rate: int = 0  # simulated ticks/s
     frames_per_s: float = 0.0  # FRAME messages the clients counted, all terminals
+    messages_per_terminal_s: float = 0.0  # FRAME messages a terminal read per second
+    missed_per_terminal_s: float = 0.0  # boundaries its frame numbers passed without showing it
+    repeats: int = 0  # FRAMEs not above the last number shown (must be 0)
+    skipped_per_s: float = 0.0  # boundaries the server's frame loop passed over (its counter)
     ticks_per_s: float = 0.0  # monotape_ticks_admitted_total over the window (0: not read)
     cpu_by_process: dict[str, float] = field(default_factory=dict)  # cores, psutil
     gen2_by_process: dict[str, tuple[int, float]] = field(default_factory=dict)  # (n, ms bound)
@@ -485,6 +501,10 @@ def measure(size: Size, terminals: int, variant: str, log: Any, writers: int = 0
     lags = [s[1] for s in scraper.samples if w0 <= s[0] <= w1 + 0.5]
     live = max(1, min(c0["live"], c1["live"]))
     kinds = [b - a for a, b in zip(c0["kinds"], c1["kinds"], strict=True)]
+    # the terminals open at both samples, and the frame numbers they were shown in between
+    shown = c1["window"]
+    held = max(1, shown.get("held", 0))
+    skipped = sum_samples(m1, FRAME_BOUNDARIES_SKIPPED) - sum_samples(m0, FRAME_BOUNDARIES_SKIPPED)
     errors += c1["failures"][:3]
     out = Outcome(
         variant=variant,
@@ -499,7 +519,11 @@ def measure(size: Size, terminals: int, variant: str, log: Any, writers: int = 0
         rss_mb=(last[2] if last else 0.0) / 2**20,
         connections=last[3] if last else 0.0,
         window_s=window,
-        frames_per_terminal_s=kinds[Kind.FRAME] / live / window,
+        frames_per_terminal_s=shown.get("boundaries", 0) / held / window,
+        messages_per_terminal_s=kinds[Kind.FRAME] / live / window,
+        missed_per_terminal_s=(shown.get("slots", 0) - shown.get("boundaries", 0)) / held / window,
+        repeats=shown.get("repeats", 0),
+        skipped_per_s=skipped / window if m0 and m1 else 0.0,
         priority_per_s=kinds[Kind.PRIORITY] / window,
         errors_received=kinds[Kind.ERROR],
         server_cpu=sum(cpu_by_process.values()),
@@ -611,10 +635,14 @@ def _metrics() -> list[Metric]:
             "latency: frames per terminal",
             lambda o: o.frames_per_terminal_s,
             "/s",
-            "FRAME messages the load clients counted over the window / terminals connected / "
-            "seconds: 25 when every 40 ms boundary reaches every terminal; fewer when boundaries "
-            "were conflated into later ones (never older)",
-            None,
+            "distinct frame numbers (FRAME or SNAPSHOT) shown to each terminal open at both ends "
+            "of the window / terminals / seconds: 25 when every 40 ms boundary reaches every "
+            "terminal; fewer when boundaries were conflated into later ones (never older)",
+            lambda o: (
+                f"{o.messages_per_terminal_s:.1f} FRAME msgs, {o.missed_per_terminal_s:.1f} "
+                f"missed /terminal/s, loop skipped {o.skipped_per_s:.1f}/s"
+                + (f", {o.repeats} REPEATED" if o.repeats else "")
+            ),
         ),
         (
             "latency: priority updates delivered",

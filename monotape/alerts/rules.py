@@ -50,6 +50,9 @@ GC_PAUSES_LONG_PER_15M: Final = 3  # the designed reclaim (once per 10,000 close
 PEAK_TICKS_PER_VENUE_S: Final = 1_000
 SLOW_CONSUMER_DROP_SHARE: Final = 0.01  # of frames written
 EVENT_LOOP_LAG_S: Final = 0.02  # half a frame, on average, for minutes
+# A tenth of the 40 ms grid passed over: terminals get 22.5 frames a second or fewer. One late
+# frame in a second (4%) is a storm or a pause; a tenth for ten minutes is a node short of CPU.
+FRAME_SKIP_SHARE: Final = 0.1
 STAGE_END_TO_END: Final = "tick_to_write"
 
 if TICK_TO_GLASS_BUDGET_S not in STAGE_DURATION_BUCKETS_S:  # pragma: no cover - a build error
@@ -102,6 +105,8 @@ def alert_rules() -> list[AlertRule]:
     gc_count = f"{m.GC_PAUSE}_count"
     glass_terminals = m.GLASS_REGRESSING_TERMINALS
     gc_fast = f'{m.GC_PAUSE}_bucket{{le="{_le(GC_PAUSE_LONG_S)}"}}'
+    skipped = f"sum by (instance) (rate({m.FRAME_BOUNDARIES_SKIPPED}[5m]))"
+    taken = f"sum by (instance) (rate({m.FRAME_BOUNDARIES}[5m]))"
     return [
         AlertRule(
             name="InvariantViolated",
@@ -284,6 +289,21 @@ def alert_rules() -> list[AlertRule]:
                 "Every frame boundary, write and upgrade of the node waits this long: the "
                 "loop is saturated (CPU), blocked (a synchronous call) or paused (GC). The "
                 "node sheds upgrades at 100 ms of lag."
+            ),
+        ),
+        AlertRule(
+            name="FrameRateBelowGrid",
+            signal=f"{skipped} / clamp_min({taken} + {skipped}, 1)",
+            condition=f"> {FRAME_SKIP_SHARE:g}",
+            for_="10m",
+            severity=Severity.WARNING,
+            summary="The tape runs below 25 frames a second on {{ $labels.instance }}",
+            description=(
+                "The frame loop (the sequencer's, on a host) keeps taking its 40 ms boundaries "
+                "late and passes over more than a tenth of them: their ticks go into the next "
+                "frame, so every terminal sees fewer than 22.5 frames a second. No price is "
+                "wrong, but screens refresh late. The loop is short of CPU (ingest, the "
+                "publish, or the writers beside it)."
             ),
         ),
     ]

@@ -232,6 +232,16 @@ FANOUT = Dashboard(
             (Target(Rate(m.FRAMES_SENT), "frames/s"),),
         ),
         Panel(
+            "frame boundaries/s",
+            "The 40 ms grid as the frame loop kept it: 25 taken a second when on time; "
+            "skipped ones were passed over while late, their ticks in the next frame.",
+            "ops",
+            (
+                Target(Rate(m.FRAME_BOUNDARIES), "taken"),
+                Target(Rate(m.FRAME_BOUNDARIES_SKIPPED), "skipped"),
+            ),
+        ),
+        Panel(
             "bytes/s",
             "Bytes written to terminals.",
             "Bps",

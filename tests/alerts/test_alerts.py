@@ -57,6 +57,7 @@ def test_every_alert_the_issue_names_is_there_with_its_severity() -> None:
         "AdmissionRejectingSustained",
         "SlowConsumerDropsHigh",
         "EventLoopLagHigh",
+        "FrameRateBelowGrid",
     ]
     assert RULES_BY_NAME["InvariantViolated"].severity == "page"
     assert RULES_BY_NAME["GlassRegressions"].severity == "page"
@@ -236,6 +237,20 @@ CASES: dict[str, Case] = {
             (f"{m.EVENT_LOOP_LAG}{{{N2}}}", "0.005x20"),
         ],
         "checks": [("3m", []), ("10m", [{"instance": "n1", "job": "monotape"}])],
+    },
+    "FrameRateBelowGrid": {
+        # n1 takes 20 boundaries a second and skips 5 (20%) from 2m; n2 takes all 25, skips
+        # none; n3 skips one a second (4%: a storm's late frames, not this)
+        "series": [
+            (f"{m.FRAME_BOUNDARIES}{{{N1}}}", "0+1500x2 3000+1200x30"),
+            (f"{m.FRAME_BOUNDARIES_SKIPPED}{{{N1}}}", "0x2 0+300x30"),
+            (f"{m.FRAME_BOUNDARIES}{{{N2}}}", "0+1500x32"),
+            (f"{m.FRAME_BOUNDARIES_SKIPPED}{{{N2}}}", "0x32"),
+            (f'{m.FRAME_BOUNDARIES}{{instance="n3",job="monotape"}}', "0+1440x32"),
+            (f'{m.FRAME_BOUNDARIES_SKIPPED}{{instance="n3",job="monotape"}}', "0+60x32"),
+        ],
+        # above the share from ~3m (the 5m rate), pending for 10 minutes
+        "checks": [("8m", []), ("20m", [{"instance": "n1"}])],
     },
 }
 

@@ -64,11 +64,11 @@ _messages = st.lists(
 )
 
 
-@settings(max_examples=150, deadline=None)
-@given(_messages, st.data())
-def test_any_split_of_the_stream_gives_the_same_counts(
-    messages: list[tuple[int, bytes]], data: st.DataObject
-) -> None:
+def _feed(
+    messages: list[tuple[int, bytes]], data: st.DataObject, numbers: bool
+) -> tuple[wsclient.Counts, wsclient.CountingClient, _Transport, int]:
+    """The server stream of ``messages`` through a client, cut into reads where ``data``
+    draws; the counts, the client, what it wrote and the stream's length."""
     stream = b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\n" + b"".join(
         _server_frame(op, p) for op, p in messages
     )
@@ -77,7 +77,7 @@ def test_any_split_of_the_stream_gives_the_same_counts(
     try:
         counts = wsclient.Counts()
         done: asyncio.Future[bool] = loop.create_future()
-        client = wsclient.CountingClient(counts, "h", b"REQ", done)
+        client = wsclient.CountingClient(counts, "h", b"REQ", done, numbers=numbers)
         transport = _Transport()
         client.transport = transport
         prev = 0
@@ -87,15 +87,89 @@ def test_any_split_of_the_stream_gives_the_same_counts(
                 prev = cut
     finally:
         loop.close()
+    return counts, client, transport, len(stream)
+
+
+@settings(max_examples=150, deadline=None)
+@given(_messages, st.data(), st.booleans())
+def test_any_split_of_the_stream_gives_the_same_counts(
+    messages: list[tuple[int, bytes]], data: st.DataObject, numbers: bool
+) -> None:
+    counts, _, transport, size = _feed(messages, data, numbers)
     data_msgs = [p for op, p in messages if op == 2]
     want = [0] * wsclient.KINDS
     for p in data_msgs:
         want[p[0]] += 1
     assert counts.msgs == len(data_msgs)
     assert counts.kinds == want
-    assert counts.bytes == len(stream)
+    assert counts.bytes == size
     assert transport.written[0] == b"REQ"  # the requests go first, once the upgrade is answered
     assert transport.written[1:] == [wsclient.client_frame(0xA, p) for op, p in messages if op == 9]
+
+
+def _uvarint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    return bytes(out + bytes([n]))
+
+
+# FRAME and SNAPSHOT messages with their frame numbers (any size of number), among other kinds
+# and pings; a number may repeat or go back (the client must say so, not count it)
+_numbered = st.lists(
+    st.one_of(
+        st.tuples(
+            st.sampled_from([wsclient.FRAME, wsclient.SNAPSHOT]),
+            st.integers(0, 2**63),
+            st.binary(max_size=300),
+        ),
+        st.tuples(st.sampled_from([1, 4, 5, 6]), st.just(-1), st.binary(max_size=200)),
+        st.tuples(st.just(-9), st.just(-1), st.binary(max_size=125)),  # a ping
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(_numbered, st.data())
+def test_frame_numbers_read_the_same_from_any_split(
+    msgs: list[tuple[int, int, bytes]], data: st.DataObject
+) -> None:
+    messages = [
+        (9, body) if kind == -9 else (2, bytes([kind]) + (_uvarint(no) if no >= 0 else b"") + body)
+        for kind, no, body in msgs
+    ]
+    _, client, _, _ = _feed(messages, data, numbers=True)
+    # what a reader of whole messages sees: a number above the last one is a new boundary
+    last, boundaries, repeats = -1, 0, 0
+    for kind, no, _ in msgs:
+        if no < 0:
+            continue
+        if no > last:
+            last, boundaries = no, boundaries + 1
+        elif kind == wsclient.FRAME:
+            repeats += 1
+    assert (client.frame_no, client.boundaries, client.repeats) == (last, boundaries, repeats)
+
+
+def test_marks_count_only_terminals_open_at_both_samples() -> None:
+    loop = asyncio.new_event_loop()
+    try:
+        clients = [
+            wsclient.CountingClient(wsclient.Counts(), "h", b"", loop.create_future())
+            for _ in range(3)
+        ]
+    finally:
+        loop.close()
+    for c, (no, shown) in zip(clients, [(100, 5), (100, 5), (-1, 0)], strict=True):
+        c.is_open, c.frame_no, c.boundaries = True, no, shown
+    marks = wsclient._Marks()
+    assert marks.since(clients)["held"] == 0  # the first sample only marks
+    clients[0].frame_no, clients[0].boundaries = 125, 28  # 23 shown of 25 boundaries
+    clients[1].is_open = False  # gone: not averaged in
+    clients[2].frame_no, clients[2].boundaries = 130, 1  # numbered only now: from the next one
+    assert marks.since(clients) == {"held": 1, "boundaries": 23, "slots": 25, "repeats": 0}
 
 
 def test_a_refused_upgrade_is_not_counted_open() -> None:

@@ -55,6 +55,7 @@ from monotape.platform.host.state import RoleView, sequencer_state
 from monotape.platform.host.telemetry import RoleState, serve_metrics
 from monotape.platform.model import Tick
 from monotape.platform.node.collectors import (
+    FrameGridCollector,
     GcCollector,
     IngestCollector,
     LoopLagCollector,
@@ -63,7 +64,7 @@ from monotape.platform.node.collectors import (
     StageLatencyCollector,
 )
 from monotape.platform.node.failures import StageFailures
-from monotape.platform.node.grid import run_frame_grid
+from monotape.platform.node.grid import GridCounts, run_frame_grid
 from monotape.platform.node.rotation import HistogramRotation
 from monotape.platform.node.sources import universe_of
 from monotape.platform.ring.collector import RingProducerCollector
@@ -90,6 +91,7 @@ class SequencerRole:
         self.gate = TickGate(self.universe, self.clock.now_ns)
         self.failures = StageFailures(self.clock.now_ns)
         self.frame_ns = int(cfg.server.frame_ms * 1e6)
+        self.grid = GridCounts()  # the frame loop's boundaries, taken and skipped
         self.sequencer = Sequencer(cfg.server.lanes, self.frame_ns)
         self.ring = ShmRing.reopen(spec.ring)
         self.interest = _attach_interest(spec.interest)
@@ -139,6 +141,7 @@ class SequencerRole:
     def _build_registry(self, bus_collector: Collector) -> CollectorRegistry:
         reg = CollectorRegistry()
         reg.register(SequencerCollector(self.sequencer))
+        reg.register(FrameGridCollector(self.grid))
         reg.register(IngestCollector(lambda: self.gate, self.failures))
         reg.register(StageLatencyCollector(lambda: self.rotation.latest))
         reg.register(StageDurationCollector(lambda: self.stamps.recorders))
@@ -178,7 +181,7 @@ class SequencerRole:
     async def frame_loop(self) -> None:
         # The one-process node's grid (node/grid.py): an overdue boundary at once, never twice,
         # never early; a frame that raises is one frame lost (writers see a gap), not the tape.
-        await run_frame_grid(self.clock.now_ns, self.frame_ns, self.frame, self.failures)
+        await run_frame_grid(self.clock.now_ns, self.frame_ns, self.frame, self.failures, self.grid)
 
     # -- lifecycle -----------------------------------------------------------------------------
     async def run(self) -> int:

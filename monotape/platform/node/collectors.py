@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from monotape.platform.feeds.handler import FeedHandler
     from monotape.platform.feeds.validate import TickGate
     from monotape.platform.node.failures import StageFailures
+    from monotape.platform.node.grid import GridCounts
     from monotape.platform.server.endpoint import FanoutServer
     from monotape.platform.server.looplag import LoopLagMonitor
 
@@ -43,6 +44,7 @@ __all__ = [
     "AuthCollector",
     "FanoutCollector",
     "FeedCollector",
+    "FrameGridCollector",
     "GcCollector",
     "IngestCollector",
     "InvariantCollector",
@@ -362,6 +364,24 @@ class GcCollector(Collector):
         )
         reclaims.add_metric([], self._monitor.reclaims)
         yield reclaims
+
+
+class FrameGridCollector(Collector):
+    """The frame loop's boundaries, taken and skipped (node/grid.py ``GridCounts``): the tape's
+    own frame rate, which a late loop lowers without an error anywhere else."""
+
+    def __init__(self, counts: GridCounts) -> None:
+        self._counts = counts
+
+    def collect(self) -> Iterator[Metric]:
+        c = self._counts
+        yield _counter(m.FRAME_BOUNDARIES, "40 ms frame boundaries the frame loop took.", c.taken)
+        yield _counter(
+            m.FRAME_BOUNDARIES_SKIPPED,
+            "Grid boundaries the frame loop passed over because it was late; their ticks went "
+            "into the next frame (terminals saw fewer than 25 frames a second).",
+            c.skipped,
+        )
 
 
 class StageDurationCollector(Collector):

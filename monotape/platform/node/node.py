@@ -46,6 +46,7 @@ from monotape.platform.node.collectors import (
     AuthCollector,
     FanoutCollector,
     FeedCollector,
+    FrameGridCollector,
     GcCollector,
     IngestCollector,
     InvariantCollector,
@@ -198,6 +199,7 @@ class Node:
             reg.register(NatsBusCollector(self.nats_bus))
         reg.register(SequencerCollector(self.sequencer))
         reg.register(FanoutCollector(self.server))
+        reg.register(FrameGridCollector(self.pipeline.grid))
         reg.register(FeedCollector(lambda: self.handlers))
         reg.register(IngestCollector(lambda: self.gate, self.failures))
         if self.verifier is not None:

@@ -29,7 +29,7 @@ from monotape.platform.feeds.replay import ReplayAdapter
 from monotape.platform.feeds.simulator import VenueSimulator, VenueUpdate
 from monotape.platform.model import Tick
 from monotape.platform.node.failures import StageFailures
-from monotape.platform.node.grid import run_frame_grid
+from monotape.platform.node.grid import GridCounts, run_frame_grid
 from monotape.platform.server.endpoint import FanoutServer
 
 __all__ = ["PUMP_INTERVAL_S", "GcUpkeep", "Pipeline"]
@@ -70,6 +70,7 @@ class Pipeline:
         self.server = server
         self.stamps = stamps
         self.failures = failures
+        self.grid = GridCounts()  # the frame loop's boundaries, taken and skipped
         self.decoded_ticks = 0  # what the stage histograms must add up to
         self.framed_ticks = 0
         bus.subscribe(self.on_ticks)
@@ -146,7 +147,7 @@ class Pipeline:
     async def frame_loop(self) -> None:
         # node/grid.py: on the monotonic clock's 40 ms grid, an overdue boundary at once, never
         # twice, never early; a frame that raises is one frame lost, not the tape.
-        await run_frame_grid(self.clock.now_ns, self.frame_ns, self.frame, self.failures)
+        await run_frame_grid(self.clock.now_ns, self.frame_ns, self.frame, self.failures, self.grid)
 
     async def heartbeat_loop(self) -> None:
         while True:
