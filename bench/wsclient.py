@@ -241,12 +241,16 @@ class _Marks:
 
     def __init__(self) -> None:
         self._at: dict[CountingClient, tuple[int, int, int]] = {}
+        self._t = 0.0  # when they were taken (this process's monotonic clock)
 
-    def since(self, clients: list[CountingClient]) -> dict[str, int]:
+    def since(self, clients: list[CountingClient], now_s: float) -> dict[str, float]:
         """``held``: terminals open (and numbered) at both samples; ``boundaries``: distinct
         frame numbers they were shown in between; ``slots``: how far their frame numbers
-        moved (the grid they saw pass: boundaries plus those they missed); ``repeats``."""
-        out = {"held": 0, "boundaries": 0, "slots": 0, "repeats": 0}
+        moved (the grid they saw pass: boundaries plus those they missed); ``repeats``;
+        ``terminal_s``: held x the seconds between this process's two samples, its own
+        interval (a busy process answers a sample late, and the bench's window is the last
+        answer's: per-terminal rates over it would be off by the difference)."""
+        out: dict[str, float] = {"held": 0, "boundaries": 0, "slots": 0, "repeats": 0}
         at: dict[CountingClient, tuple[int, int, int]] = {}
         for p in clients:
             if not p.is_open or p.frame_no < 0:
@@ -258,7 +262,8 @@ class _Marks:
                 out["boundaries"] += now[0] - before[0]
                 out["slots"] += now[1] - before[1]
                 out["repeats"] += now[2] - before[2]
-        self._at = at
+        out["terminal_s"] = out["held"] * (now_s - self._t)
+        self._at, self._t = at, now_s
         return out
 
 
@@ -327,7 +332,7 @@ async def _run(job: dict[str, Any]) -> None:
         c = proc.cpu_times()
         live = sum(1 for p in clients if p.is_open)
         snap = _snapshot(counts, c.user + c.system, live)
-        _emit({**snap, "window": marks.since(clients), "failures": failures})
+        _emit({**snap, "window": marks.since(clients, snap["t"]), "failures": failures})
     for t in tasks:
         t.cancel()
     for p in clients:

@@ -32,7 +32,8 @@ bench reads (admin token):
 - The clients' own counts over the window: frames per terminal per second as distinct frame
   numbers (FRAME or SNAPSHOT) shown to each terminal open at both ends of the window (25 when
   every boundary reaches every terminal; a message count would read more for a terminal
-  catching up after a stall), with the FRAME messages read, the boundaries a terminal's
+  catching up after a stall; each client process's own interval between its two samples,
+  not the bench's window), with the FRAME messages read, the boundaries a terminal's
   numbers passed without showing it and the server's own skipped-boundary rate
   (``monotape_frame_boundaries_skipped_total``) in the note; PRIORITY messages per second,
   ERROR messages; the server's and the clients' CPU seconds per second (psutil).
@@ -503,7 +504,7 @@ def measure(size: Size, terminals: int, variant: str, log: Any, writers: int = 0
     kinds = [b - a for a, b in zip(c0["kinds"], c1["kinds"], strict=True)]
     # the terminals open at both samples, and the frame numbers they were shown in between
     shown = c1["window"]
-    held = max(1, shown.get("held", 0))
+    terminal_s = shown.get("terminal_s", 0.0) or 1.0  # each process over its own interval
     skipped = sum_samples(m1, FRAME_BOUNDARIES_SKIPPED) - sum_samples(m0, FRAME_BOUNDARIES_SKIPPED)
     errors += c1["failures"][:3]
     out = Outcome(
@@ -519,10 +520,10 @@ def measure(size: Size, terminals: int, variant: str, log: Any, writers: int = 0
         rss_mb=(last[2] if last else 0.0) / 2**20,
         connections=last[3] if last else 0.0,
         window_s=window,
-        frames_per_terminal_s=shown.get("boundaries", 0) / held / window,
+        frames_per_terminal_s=shown.get("boundaries", 0) / terminal_s,
         messages_per_terminal_s=kinds[Kind.FRAME] / live / window,
-        missed_per_terminal_s=(shown.get("slots", 0) - shown.get("boundaries", 0)) / held / window,
-        repeats=shown.get("repeats", 0),
+        missed_per_terminal_s=(shown.get("slots", 0) - shown.get("boundaries", 0)) / terminal_s,
+        repeats=int(shown.get("repeats", 0)),
         skipped_per_s=skipped / window if m0 and m1 else 0.0,
         priority_per_s=kinds[Kind.PRIORITY] / window,
         errors_received=kinds[Kind.ERROR],
@@ -636,8 +637,9 @@ def _metrics() -> list[Metric]:
             lambda o: o.frames_per_terminal_s,
             "/s",
             "distinct frame numbers (FRAME or SNAPSHOT) shown to each terminal open at both ends "
-            "of the window / terminals / seconds: 25 when every 40 ms boundary reaches every "
-            "terminal; fewer when boundaries were conflated into later ones (never older)",
+            "of the window / (terminals x the seconds between its client process's two samples): "
+            "25 when every 40 ms boundary reaches every terminal; fewer when boundaries were "
+            "conflated into later ones (never older)",
             lambda o: (
                 f"{o.messages_per_terminal_s:.1f} FRAME msgs, {o.missed_per_terminal_s:.1f} "
                 f"missed /terminal/s, loop skipped {o.skipped_per_s:.1f}/s"

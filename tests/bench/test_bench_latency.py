@@ -165,11 +165,17 @@ def test_marks_count_only_terminals_open_at_both_samples() -> None:
     for c, (no, shown) in zip(clients, [(100, 5), (100, 5), (-1, 0)], strict=True):
         c.is_open, c.frame_no, c.boundaries = True, no, shown
     marks = wsclient._Marks()
-    assert marks.since(clients)["held"] == 0  # the first sample only marks
+    assert marks.since(clients, 10.0)["held"] == 0  # the first sample only marks
     clients[0].frame_no, clients[0].boundaries = 125, 28  # 23 shown of 25 boundaries
     clients[1].is_open = False  # gone: not averaged in
     clients[2].frame_no, clients[2].boundaries = 130, 1  # numbered only now: from the next one
-    assert marks.since(clients) == {"held": 1, "boundaries": 23, "slots": 25, "repeats": 0}
+    assert marks.since(clients, 11.0) == {
+        "held": 1,
+        "boundaries": 23,
+        "slots": 25,
+        "repeats": 0,
+        "terminal_s": 1.0,  # one terminal over this process's own second
+    }
 
 
 def test_a_refused_upgrade_is_not_counted_open() -> None:
