@@ -284,7 +284,8 @@ def _rows(
         f"{_runs([float(r.connected) for r in last], ',.0f')}; up at end/due "
         + " / ".join(f"{r.up_at_end:,}/{r.due_at_end:,}" for r in last)
         + f"; connect failures {_runs([float(r.connect_failures) for r in last], '.0f')}; "
-        f"errors {_runs([float(r.errors) for r in last], '.0f')}; server loop lag max "
+        f"errors {_runs([float(r.errors) for r in last], '.0f')} (of which cancelled at the "
+        f"drain deadline {_runs([float(r.cancelled) for r in last], '.0f')}); server loop lag max "
         f"{_runs([(r.loop_lag_max_s or 0) * 1000 for r in last], '.0f')} ms"
     )
     rows.append(

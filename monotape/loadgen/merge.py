@@ -80,6 +80,12 @@ def merge_results(
         misses = int(after.get(AUTH_CACHE_MISSES, 0.0) - before.get(AUTH_CACHE_MISSES, 0.0))
         rate = round(hits / (hits + misses), 4) if hits + misses else None
     samples = [e for r in rs for e in r.error_samples][:20]
+    cancelled = total("cancelled")
+    if cancelled:  # they raised nothing, so no sample says what they were
+        samples.append(
+            f"{cancelled} terminal(s) still busy (connecting, reading or closing) at the "
+            "trace's end plus drain_s: cancelled"
+        )
     due, up = total("due_at_end"), total("up_at_end")
     peak = max([s.connected for s in timeline] + [r.peak for r in rs] + [0])
     return LoadReport(
@@ -104,7 +110,8 @@ def merge_results(
         closed_at_end=total("closed_at_end"),
         lost=total("lost"),
         abandoned=total("abandoned"),
-        errors=total("errors") + total("cancelled") + len(failures),
+        errors=total("errors") + cancelled + len(failures),
+        cancelled=cancelled,
         error_samples=failures + samples,
         peak_concurrent=peak,
         last_wave_s=last_wave,

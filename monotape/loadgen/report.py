@@ -114,7 +114,7 @@ class LoadReport(msgspec.Struct, frozen=True, kw_only=True):
     closed_at_end: int  # still connected at the end of the trace, closed gracefully
     lost: int  # the server (or the network) ended a session early; it reconnected
     abandoned: int  # sessions whose scheduled end came before they ever connected
-    errors: int
+    errors: int  # what raised or was refused, workers that failed, and ``cancelled``
     error_samples: list[str]
     peak_concurrent: int
     last_wave_s: int  # first second of the trace's last arrival wave
@@ -129,6 +129,9 @@ class LoadReport(msgspec.Struct, frozen=True, kw_only=True):
     auth_cache_misses: int | None = None
     auth_cache_hit_rate: float | None = None
     timeline: list[Second] = msgspec.field(default_factory=list)
+    # of ``errors``: terminal tasks still running at the trace's end plus drain_s, cancelled
+    # (for example closing handshakes the server had not answered yet)
+    cancelled: int = 0
 
     def to_json(self) -> bytes:
         return msgspec.json.encode(self)
@@ -158,7 +161,10 @@ class LoadReport(msgspec.Struct, frozen=True, kw_only=True):
             ("attempt waves", " ".join(str(w) for w in self.attempt_waves[:8])),
             ("connect failures", str(self.connect_failures)),
             ("leaves graceful / abrupt / at end", leaves),
-            ("lost / abandoned / errors", f"{self.lost} / {self.abandoned} / {self.errors}"),
+            (
+                "lost / abandoned / errors (cancelled)",
+                f"{self.lost} / {self.abandoned} / {self.errors} ({self.cancelled})",
+            ),
             ("peak concurrent", str(self.peak_concurrent)),
             ("last wave at s", str(self.last_wave_s)),
             ("steady from s (recovery s)", steady),

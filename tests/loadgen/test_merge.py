@@ -14,7 +14,9 @@ from monotape.loadgen.worker_job import WorkerResult
 TRACE = Trace(name="t", connects=[1, 1, 40, 1, 1, 1, 1, 1, 1, 1], disconnects=[0] * 10)
 
 
-def _result(wid: int, *, seconds: int = 5, last_gap: int = 3, errors: int = 0) -> WorkerResult:
+def _result(
+    wid: int, *, seconds: int = 5, last_gap: int = 3, errors: int = 0, cancelled: int = 0
+) -> WorkerResult:
     return WorkerResult(
         wid=wid,
         connect_ms=[1.0, 2.0],
@@ -39,7 +41,7 @@ def _result(wid: int, *, seconds: int = 5, last_gap: int = 3, errors: int = 0) -
         up_at_end=6,
         # per second: attempts, rejected, opened, first_frames, connected
         seconds=[[2, 0, 2, 1, 2 + t] for t in range(seconds)],
-        cancelled=0,
+        cancelled=cancelled,
     )
 
 
@@ -79,6 +81,24 @@ def test_a_failed_worker_is_an_error_and_no_recovery_is_claimed() -> None:
     assert report.recovered_at_s is None and report.recovery_s is None
     assert not report.all_connected_at_end
     assert report.auth_cache_hits is None and report.loop_lag_max_s is None
+
+
+def test_cancelled_terminals_are_errors_that_say_what_they_were() -> None:
+    report = merge_results(
+        "ws://127.0.0.1:1/",
+        TRACE,
+        2,
+        [_result(0, errors=1, cancelled=3), _result(1, cancelled=2)],
+        [],
+        9.5,
+        Lag(None, 0),
+        None,
+        None,
+    )
+    assert (report.errors, report.cancelled) == (6, 5)
+    assert report.error_samples[0] == "worker 0 sample"
+    assert "5 terminal(s) still busy" in report.error_samples[-1]
+    assert ("lost / abandoned / errors (cancelled)", "0 / 0 / 6 (5)") in report.rows()
 
 
 def test_no_results_is_an_empty_report_not_a_crash() -> None:
