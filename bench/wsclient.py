@@ -28,10 +28,12 @@ import sys
 import time
 from typing import Any, cast
 
+from monotape.platform.wire.codes import Kind
+
 __all__ = ["CountingClient", "Counts", "client_frame"]
 
-KINDS = 10  # codec.Kind values are 1..9; index 0 counts payloads too short to carry one
-FRAME, SNAPSHOT = 3, 2  # codec.Kind: the numbered messages
+KINDS = max(Kind) + 1  # one count per codec.Kind; index 0 counts payloads too short for one
+FRAME, SNAPSHOT = int(Kind.FRAME), int(Kind.SNAPSHOT)  # the numbered messages, as plain ints
 HEAD = 11  # a payload's kind and its frame number (a uvarint: at most 10 bytes)
 
 

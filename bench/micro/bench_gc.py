@@ -1,10 +1,11 @@
 """CPython GC on monotape's terms: what the GcMonitor callback costs, what a full collection of a
 large heap costs unfrozen vs frozen, and how often each generation runs under steady allocation
-with and without ``gc.freeze()`` (MEASURED: the CPython GC trap).
+with and without ``gc.freeze()`` (the CPython GC trap: a full collection walks every tracked
+object).
 
 - ``callback pair``: the monitor's "start"+"stop" pair called directly, µs per collection;
   peer: an empty callback pair (the floor of any ``gc.callbacks`` entry).
-- ``full collection``: a heap of ``HEAP`` tracked objects (lists; ~1.5M, as in MEASURED) aged
+- ``full collection``: a heap of ``HEAP`` tracked objects (lists; ~1.5M) aged
   into gen 2, then ``gc.collect()`` timed by the monitor itself; ``frozen`` runs after
   ``gc.freeze()``. Median of ``runs`` with min and max; ratio = frozen / unfrozen.
 - ``steady ticks``: the same heap, then a tick loop (``steady_loop``: a ``[price, size]`` list
@@ -99,7 +100,8 @@ def bench_callback(pairs: int) -> list[Row]:
             hi=hi,
             ratio=med / pmed,
             peer="empty callback",
-            note=f"start+stop called directly, {pairs:,} pairs x {runs} runs; MEASURED ~0.3 µs",
+            note=f"start+stop called directly, {pairs:,} pairs x {runs} runs; "
+            "an earlier measurement on this kind of box: ~0.3 µs",
         ),
         row(
             "gc: callback pair",
@@ -133,8 +135,8 @@ def bench_full_collection(heap_size: int, runs: int) -> list[Row]:
         frozen = median_min_max(full_collection_ms(mon, runs))
         del heap
     for variant, (med, lo, hi), note in (
-        ("unfrozen", unfrozen, f"{tracked:,} tracked objects; MEASURED ~220 ms at ~1.5M"),
-        ("frozen", frozen, f"after gc.freeze(): {frozen_count:,} objects frozen; MEASURED ~0.1 ms"),
+        ("unfrozen", unfrozen, f"{tracked:,} tracked objects; earlier: ~220 ms at ~1.5M"),
+        ("frozen", frozen, f"after gc.freeze(): {frozen_count:,} objects frozen; earlier: ~0.1 ms"),
     ):
         rows.append(
             row(

@@ -52,7 +52,6 @@ clock.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from itertools import chain
 from typing import NamedTuple
 
 import numpy as np
@@ -209,10 +208,7 @@ class StageStamps:
         if not self._admitted_runs:
             return None
         runs = np.array(self._admitted_runs, dtype=np.int64).reshape(-1, 3)
-        batches = self._admitted
-        iids = np.frombuffer(
-            b"".join([int64_field(batch, _IID) for batch in batches]), np.int64
-        )  # one native pass a batch (core/fields.py)
+        iids = _iids(self._admitted)
         if int(iids.min()) < 0 or int(iids.max()) >= _IID_SPACE:
             return None
         return FrameTicks(runs[:, 1], runs[:, 2], iids.astype(np.uint16))
@@ -273,12 +269,16 @@ class StageStamps:
         self._framed_decoded = self._framed_n = _EMPTY
         symbols, self._framed_symbols = self._framed_symbols, -1
         mine = latencies_ns if direct is None else latencies_ns[:direct]
-
-        def iids() -> IntArray:  # one pass over the frame's admitted ticks, only when needed
-            n = int(runs.sum())
-            return np.fromiter([t.iid for t in chain.from_iterable(framed)], np.int64, count=n)
-
-        self._end_to_end(mine, self._framed_published, written_iids, symbols, decoded, runs, iids)
+        # the frame's ticks' instruments are read only when not every one of them went out
+        self._end_to_end(
+            mine,
+            self._framed_published,
+            written_iids,
+            symbols,
+            decoded,
+            runs,
+            lambda: _iids(framed),
+        )
 
     def written_frame(
         self,
@@ -361,6 +361,11 @@ class StageStamps:
             self._take(wall_offset_ns)
             self._framed = []
         return self.recorders.rotate_all(wall_now_ms)  # each recorder flushes its buffer first
+
+
+def _iids(batches: Sequence[Sequence[Tick]]) -> IntArray:
+    """Every tick's instrument, batch after batch: one native pass a batch (core/fields.py)."""
+    return np.frombuffer(b"".join([int64_field(batch, _IID) for batch in batches]), np.int64)
 
 
 def _column(ticks: Sequence[Tick], member: object) -> IntArray:
