@@ -290,8 +290,6 @@ async def _run(job: dict[str, Any]) -> None:
     ("sample") it prints a snapshot of its counts and its own CPU, with the frame numbers shown
     since the previous sample (``_Marks``); on "close" (or EOF) every terminal closes
     gracefully and the process exits."""
-    import psutil
-
     loop = asyncio.get_running_loop()
     counts = Counts()
     host = f"127.0.0.1:{job['port']}"
@@ -325,15 +323,15 @@ async def _run(job: dict[str, Any]) -> None:
         asyncio.ensure_future(terminal(float(t["at"]), bytes.fromhex(t["requests"])))
         for t in job["terminals"]
     ]
-    proc = psutil.Process()
     marks = _Marks()
     while True:
         line = await loop.run_in_executor(None, sys.stdin.readline)
         if line.strip() != "sample":
             break
-        c = proc.cpu_times()
+        # the process's own CPU clock: psutil's cpu_times counts 10 ms kernel ticks, and a
+        # small population's client can spend less than one between two samples (it read 0)
         live = sum(1 for p in clients if p.is_open)
-        snap = _snapshot(counts, c.user + c.system, live)
+        snap = _snapshot(counts, time.process_time(), live)
         _emit({**snap, "window": marks.since(clients, snap["t"]), "failures": failures})
     for t in tasks:
         t.cancel()
