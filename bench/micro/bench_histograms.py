@@ -1,7 +1,7 @@
 """Stage histograms: amortized recording cost per value, rotation, encode, query, memory.
 
 Issue 3: 190k ticks/s x 5 stages is ~1M values/s; hdrh's ``record_value()`` is ~1 µs per value
-(MEASURED), a whole core. The batch path (numpy bucket indexes + bincount into a view of the
+(measured), a whole core. The batch path (numpy bucket indexes + bincount into a view of the
 counts array) must stay at or below 30 ns per value. Each figure is the median of >= 3 runs, with
 the per-value ``record_value`` loop as the peer.
 

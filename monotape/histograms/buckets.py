@@ -8,7 +8,7 @@ tick-to-glass over a WAN, 5 ms priority), and ``StageDurationCollector`` (the no
 collectors) exports them as ``monotape_stage_duration_seconds{stage}`` when /metrics is read.
 
 Cost: riding on the recorder's vectorized flush, never a per-value ``observe()`` (~0.7 µs,
-MEASURED). A large flush already counts its values per HDR index (``hdr.record_us``'s dense
+measured). A large flush already counts its values per HDR index (``hdr.record_us``'s dense
 bincount); ``add_dense`` folds those 17,408 counts into the 15 buckets with a lookup table, so
 the buckets cost one gather per value (was a ``np.searchsorted`` over 14 bounds: ~20 ns per
 value, half of a flush). Values are the recorder's whole microseconds and a bucket bound is exact

@@ -7,14 +7,14 @@ and refuses to start another collection, so the two calls of a pair never interl
 another pair. The callback is a closure over local names (no attribute lookups): the "start"
 phase stamps ``time.perf_counter_ns`` and the wall clock; the "stop" phase computes the
 duration, appends one ``GcPause`` (``gc=False``: the timeline adds nothing for the collector to
-walk) to a bounded deque and bumps plain lists of ints. MEASURED puts a bare pair at ~0.3 µs;
+walk) to a bounded deque and bumps plain lists of ints. A bare pair measured ~0.3 µs;
 this one measured 1.0-1.5 µs per collection (an empty pair: 0.12 µs) in ``bench/micro/bench_gc.py``,
 i.e. ~1 ms per second at ~1,000 gen-0 collections a second.
 
 Nothing here is on the per-tick path; ``GcCollector`` (the node's collectors,
 ``monotape/platform/node/collectors.py``) turns the counters into a ``HistogramMetricFamily``
 only when /metrics is read (prometheus_client costs ~0.7 µs per
-``observe``, MEASURED).
+``observe``, measured).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ __all__ = [
 
 GENERATIONS: tuple[int, ...] = (0, 1, 2)
 # Upper bounds (seconds) of the pause histogram: 100 µs (a typical gen-0) up to 1 s (a full
-# collection of a large unfrozen heap: ~220 ms at 1.5M tracked objects, MEASURED).
+# collection of a large unfrozen heap: ~220 ms at 1.5M tracked objects, measured).
 GC_PAUSE_BUCKETS_S: tuple[float, ...] = (
     0.0001,
     0.0005,
@@ -188,18 +188,18 @@ class GcMonitor:
 
         Call once, after warm-up: the universe, the dictionary, the snapshot caches, the
         imported modules are built. Frozen objects are never traversed again, so a full
-        collection no longer pays for them: MEASURED ~220 ms -> ~0.1 ms for an explicit full
+        collection no longer pays for them: measured ~220 ms -> ~0.1 ms for an explicit full
         collection with ~1.5M tracked objects. The trade-off: CPython runs a gen-2 collection
         when the objects that survived gen 1 since the last full collection exceed 25% of the
         (unfrozen) long-lived heap; freezing shrinks that heap, so gen 2 runs more often (~4x in
-        MEASURED) - each run is cheap, because it only walks what was not frozen.
+        measured) - each run is cheap, because it only walks what was not frozen.
         ``bench/micro/bench_gc.py`` measures both sides (2 vCPU, Python 3.11.7, one noisy run):
 
         - full collection, 1,527,715 tracked objects: 145 ms unfrozen (140-160 ms over 7 runs)
           vs 0.001 ms frozen;
         - a tick loop over that heap (a ``[price, size]`` list per tick into a 50k ring, one
           reference cycle per 20 ticks, ~4-5M ticks/s, far past production rates): gen 2 ran
-          120/min unfrozen vs 170/min frozen (1.4x more often; MEASURED saw ~4x on another
+          120/min unfrozen vs 170/min frozen (1.4x more often; ~4x was measured on another
           loop), but the worst gen-2 pause fell from 153 ms to 2.7 ms and gen-2 time from
           17.3 s/min to 0.36 s/min.
 

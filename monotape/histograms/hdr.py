@@ -6,7 +6,7 @@ Units: a histogram holds **microseconds** (integers), 1 µs .. 60 s at 3 signifi
 to 60 s (``HIGHEST_US``), so every tick is counted (a silent drop would make ``count`` lie) and
 the recorder counts how many it clamped.
 
-``hdrh``'s ``record_value()`` is pure Python, ~1 µs per value (MEASURED, Traps). ``record_us``
+``hdrh``'s ``record_value()`` is pure Python, ~1 µs per value (measured). ``record_us``
 computes the same counts index as ``HdrHistogram._counts_index_for`` with numpy, adds into a numpy
 view of the ctypes counts array and updates ``total_count``, ``min_value`` and ``max_value`` the
 way ``record_value`` does, so a batch is indistinguishable from per-value recording (tested).
@@ -162,7 +162,7 @@ def reset(hist: Any) -> None:
 def percentile_values(hist: Any, percentiles: Iterable[float]) -> list[int]:
     """``get_value_at_percentile`` for each percentile, from one cumulative sum (exactly equal).
 
-    hdrh walks the counts array in Python (~0.35 ms per percentile, MEASURED); this reuses its
+    hdrh walks the counts array in Python (~0.35 ms per percentile, measured); this reuses its
     target-count arithmetic and its equivalent-value rounding, with a searchsorted for the walk.
     """
     total = int(hist.total_count)

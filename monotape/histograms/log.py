@@ -17,7 +17,7 @@ then one line per stage per interval::
 
 Timestamps are absolute seconds since the epoch with millisecond precision (BaseTime 0). The
 ``StartTime`` header is written here: ``hdrh``'s ``output_start_time()`` misreads milliseconds
-(MEASURED, Traps). Tags: the format forbids commas and whitespace in a tag, so the tag is
+(a trap measured here). Tags: the format forbids commas and whitespace in a tag, so the tag is
 ``stage=<s>;proc=<p>;host=<h>`` with every value percent-encoded (``urllib.parse.quote`` with no
 safe characters: ``,`` ``;`` ``=`` ``%`` and whitespace never appear raw).
 

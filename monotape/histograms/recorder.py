@@ -2,7 +2,7 @@
 
 After HdrHistogram's Java ``Recorder``: the writer records into the *active* histogram; rotation
 swaps in a reset *spare* and hands out the filled one, so recording never waits for the log
-writer (encoding an interval costs ~0.6 ms, MEASURED). Memory is fixed per stage: two
+writer (encoding an interval costs ~0.6 ms, measured). Memory is fixed per stage: two
 histograms (~144 KB each) and one preallocated int64 buffer; recording a value allocates nothing.
 
 Values come in as **nanoseconds** (monotonic-clock differences) and are stored as whole
@@ -101,7 +101,7 @@ class StageRecorder:
         """Append a batch of latencies (ns), copied (the caller may reuse its array).
 
         Small batches (a 1 ms handler drain holds a few dozen ticks) are gathered here and
-        recorded vectorized once the buffer fills (MEASURED: ~20 ns/value in large batches,
+        recorded vectorized once the buffer fills (measured: ~20 ns/value in large batches,
         ~200 ns in batches of 256); a batch larger than the buffer is recorded at once."""
         n = len(values_ns)
         fill = self._fill

@@ -1,7 +1,7 @@
 """The desk's nouns: instruments, versions and ticks.
 
 Hot state is held in forms the garbage collector does not track (``gc=False`` Structs of ints
-and strs), so a large book of symbols adds nothing to a gen-2 pause (MEASURED: ~1.5M tracked
+and strs), so a large book of symbols adds nothing to a gen-2 pause (measured: ~1.5M tracked
 objects cost a ~220 ms pause).
 """
 

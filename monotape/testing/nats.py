@@ -2,7 +2,7 @@
 the binary into the venv's bin): ``NatsServer`` starts it on 127.0.0.1 and a free port with
 JetStream in a temporary store, and the ``nats_url`` pytest fixture gives a test module one.
 
-MEASURED: it starts in ~1 s with ``-a 127.0.0.1 -p PORT -js -sd DIR``. The Debian package is
+Measured: it starts in ~1 s with ``-a 127.0.0.1 -p PORT -js -sd DIR``. The Debian package is
 too old (2.9): use the pip one.
 """
 

@@ -105,7 +105,7 @@ async def test_slow_consumer_kick(node: Node) -> None:
 
 
 class WriteEofTransport(asyncio.Transport):
-    """MEASURED trap: under uvloop, write() raises once the library began closing, while
+    """A measured trap: under uvloop, write() raises once the library began closing, while
     is_closing() still says False. Everything but write() goes to the real transport."""
 
     def __init__(self, real: asyncio.Transport) -> None:

@@ -67,7 +67,7 @@ class Drop(enum.StrEnum):
 
 @dataclass
 class LinkCounters:
-    """Plain ints, exported at scrape time (``Counter.inc`` costs ~0.5 µs, MEASURED).
+    """Plain ints, exported at scrape time (``Counter.inc`` costs ~0.5 µs, measured).
 
     ``items`` are what a message carries (ticks on the bus, venue updates on a feed)."""
 

@@ -1,6 +1,6 @@
 """NATS tick batches on the wire: subjects and the batch codec, no I/O (docs/nats.md).
 
-One NATS message per tick cannot carry the 190,000 ticks/s spike (MEASURED: one nats-py
+One NATS message per tick cannot carry the 190,000 ticks/s spike (measured: one nats-py
 subscriber receives ~234k msgs/s end to end, with Python overhead per message), so a message
 carries a *batch*: the ticks one ``publish()`` call handed over, split by venue, msgpack-encoded
 as a list of ticks.

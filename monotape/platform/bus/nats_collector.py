@@ -1,7 +1,7 @@
 """The NATS bus's plain-int counters at scrape time (prometheus_client custom Collector).
 
 ``NatsTickBus`` counts in plain ints, never through a metric client (``Counter.inc`` costs
-~0.5 µs, MEASURED); this turns the counts into metric families only when /metrics is read.
+~0.5 µs, measured); this turns the counts into metric families only when /metrics is read.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ design (Fan-out and backpressure): a connection's subscription signature is a ha
 subscription set, computed when it (un)subscribes. Per frame, connections with the same signature
 share one payload, built once from per-symbol encoded chunks and written to each of them.
 Watchlists are heavily shared: 4,200 connections collapse to about 260 distinct sets, so a frame
-needs about 260 payloads, not 4,200 (MEASURED: per-connection encode + send saturates a core at
+needs about 260 payloads, not 4,200 (measured: per-connection encode + send saturates a core at
 2,000 connections; pre-framed shared writes serve 4,200 at 72% of one).
 
 Rate groups (docs/wire.md, rate): terminals at max_hz < 25 (every k-th boundary) are kept by

@@ -9,7 +9,7 @@ a *regression*. Wall clocks never arbitrate.
 ``Sequencer.on_ticks`` is the ingest hot loop (design: 120,000 ticks/s at peak, spikes past
 190,000/s, every one delivered twice by active/active handlers). It inlines the
 ``monotape.platform.core.admit`` rule and counts in plain ints; prometheus_client calls cost ~0.5 µs
-each (MEASURED), so the counts are exported at scrape time by ``SequencerCollector``
+each (measured), so the counts are exported at scrape time by ``SequencerCollector``
 (``monotape/platform/node/collectors.py``: core imports no prometheus_client).
 
 A pure state machine: no I/O, no clock reads; the caller passes ``now_ns`` (monotonic) in.

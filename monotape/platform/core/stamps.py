@@ -5,7 +5,7 @@ Batches are stamped whole (a handler's drain shares one decoded time, a lane cal
 time) and turned into numpy arrays once per frame: values that differ per tick go to each
 stage's recorder buffer (``StageRecorder.add_ns``), values a whole batch shares go in as one
 value with its count (``StageRecorder.add_counts_ns``); both are recorded vectorized, never per
-value: per-value ``record_value()`` costs ~1 µs (MEASURED), too much at 190k ticks/s × 5 stages.
+value: per-value ``record_value()`` costs ~1 µs (measured), too much at 190k ticks/s × 5 stages.
 Every value still lands: a stage's count is the number of ticks (or writes) it covers. The
 recorders are the one way values reach the histograms: the server's hydrate and glass samples
 go into the same buffers (``record_ns``).
@@ -139,7 +139,7 @@ class StageStamps:
         # ticks (int64 bytes, no GC container) and their runs (decoded, ticks); the admitted
         # batches and their runs (admitted, decoded, ticks). A delivered batch is copied out,
         # not kept: a list kept until the frame is a container the cyclic GC traverses, again
-        # and again (MEASURED: keeping them cost more in list_traverse than copying out did).
+        # and again (measured: keeping them cost more in list_traverse than copying out did).
         self._venue_ts: list[bytes] = []  # per batch: its ticks' venue stamps as int64s
         self._decoded_runs: list[int] = []
         self._admitted: list[Sequence[Tick]] = []  # read for their instruments only if written

@@ -1,7 +1,7 @@
 """Every Prometheus collector of the node, in one place (prometheus_client custom Collectors).
 
 The hot path counts in plain ints (``Counter.inc`` ~0.5 µs, ``Histogram.observe`` ~0.7 µs are
-too slow per tick, MEASURED); these turn the counts into metric families only when /metrics is
+too slow per tick, measured); these turn the counts into metric families only when /metrics is
 read. The pieces they read (sequencer, histograms, invariants, loop-lag monitor) import no
 prometheus_client: exporting is the node's business, so core stays Sans-I/O.
 
@@ -288,7 +288,7 @@ _SEQUENCER_HELP = {
 
 class SequencerCollector(Collector):
     """Exports the sequencer's plain-int counts at scrape time (STYLE: client_python custom
-    collector; MEASURED: ``Counter.inc`` ~0.5 µs is too slow per tick)."""
+    collector; measured: ``Counter.inc`` ~0.5 µs is too slow per tick)."""
 
     def __init__(self, sequencer: Sequencer) -> None:
         self._sequencer = sequencer

@@ -8,7 +8,7 @@ next thing the terminal gets is a full snapshot (design: Fan-out and backpressur
 native writer on, a terminal whose transport holds nothing gets its frames from the writer's C
 send loop straight to ``fd`` instead (server/sendloop.py); everything here is its slow path.
 
-MEASURED trap: under uvloop, ``transport.write()`` raises once the library has started closing
+A measured trap: under uvloop, ``transport.write()`` raises once the library has started closing
 the connection, while ``is_closing()`` still says False. So every write checks the protocol's own
 state first and any failure is confined to this connection.
 """

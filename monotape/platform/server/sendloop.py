@@ -139,7 +139,7 @@ class SendLoop:
           write error) marks it closing first and releases the fd later (connection_lost is
           scheduled), so the fd is still this terminal's socket, never a number the kernel has
           handed to a newer connection.
-        - MEASURED trap (uvloop write after write_eof: ``is_closing()`` still False):
+        - a measured trap (uvloop write after write_eof: ``is_closing()`` still False):
           websockets shuts the write side only once the protocol has left OPEN, which the state
           check excludes; were it reached, the send fails with EPIPE, an errno: the terminal is
           torn down, no crash, no SIGPIPE (MSG_NOSIGNAL).

@@ -5,7 +5,7 @@ one payload per signature, framed once); here the planned bytes are written to e
 of their signature. A connection that is behind (queued frames, a gap, a full socket) takes the
 ordered path through its bounded ring (server/connection.py, core/outbox.py). A socket that
 refuses the bytes fails that one write, caught where it is made, so one misbehaving terminal
-never costs the others their frame (MEASURED: the uvloop write-after-eof trap); its connection is
+never costs the others their frame (measured: the uvloop write-after-eof trap); its connection is
 marked closing (nothing more for it in this loop) and torn down once the loop is over, in a
 ``finally`` (so even a loop that raises leaves no failed terminal registered): the registry and
 the index do not change while a plan is being written.
@@ -189,7 +189,7 @@ class Writer:
         latencies = self.write_latencies_ns
         record = latencies.append
         written = Delivery.WRITTEN
-        # The fast path is the whole point of the tier (MEASURED: ~6 µs per pre-framed write):
+        # The fast path is the whole point of the tier (measured: ~6 µs per pre-framed write):
         # a connection that is open, not behind and has room gets the shared bytes straight away;
         # anything else takes deliver's ordered path (ring, gap, closing).
         for wire, conn_ids, sig in payloads:
