@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 
 # setup.py and the C sources too: pip rebuilds the native extensions in place (issues 12, 13).
 NATIVE_SOURCES := monotape/platform/server/_sendmany.c monotape/platform/core/_fields.c \
-  monotape/platform/wire/_records.c
+  monotape/platform/wire/_records.c monotape/platform/ring/_table.c
 $(STAMP): pyproject.toml setup.py $(NATIVE_SOURCES)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
@@ -52,7 +52,7 @@ bench: $(STAMP)
 soak: $(STAMP)
 	HOURS="$(HOURS)" RATE="$(RATE)" $(PY) -m monotape.loadgen.soak $(ARGS)
 
-# The native extensions' tests (send loop, field read, record encoders) against an AddressSanitizer +
+# The native extensions' tests (send loop, field read, record encoders, table puts) against an AddressSanitizer +
 # UndefinedBehaviorSanitizer build of each, compiled in a scratch dir (the venv's own build is
 # untouched). The interpreter is not instrumented, so libasan is preloaded; PYTHONMALLOC=malloc
 # puts Python's objects (the payloads) under ASan's allocator; detect_leaks=0 because CPython
@@ -77,6 +77,9 @@ native-sanitize: $(STAMP)
 	$(SANITIZE_CC) monotape/platform/wire/_records.c -o $(SANITIZE_DIR)/_records.so
 	$(SANITIZE_RUN) RECORDS_SANITIZED_BUILD=$(SANITIZE_DIR)/_records.so \
 	  $(SANITIZE_PYTEST) tests/wire/test_records_native.py
+	$(SANITIZE_CC) monotape/platform/ring/_table.c -o $(SANITIZE_DIR)/_table.so
+	$(SANITIZE_RUN) TABLE_SANITIZED_BUILD=$(SANITIZE_DIR)/_table.so \
+	  $(SANITIZE_PYTEST) tests/ring/test_table.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

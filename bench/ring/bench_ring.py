@@ -12,7 +12,8 @@ per reader".
 
 Also the sequencer's whole frame publish (``FramePublisher.publish_frame``: encode each changed
 symbol's delta and full record, put the full ones in the snapshot table, publish the FRAME) for
-2,400 changed symbols, with the native record encoders against their pure-Python twins.
+2,400 changed symbols: all in Python (the fallback), with the native record encoders, and with
+the native table puts as well.
 
 And the frame's tick ages (docs/ring.md) for a 120k ticks/s frame (4,800 ticks of 2,400
 symbols in 60 bus batches): the sequencer's ``StageStamps.frame_ticks`` plus the bytes the
@@ -101,13 +102,14 @@ def _one_run(frames: int, records: dict[int, bytes]) -> tuple[float, float, floa
 SEQUENCER_RECORDS = 2_400  # every instrument of the simulator changed: a 120k ticks/s frame
 
 
-def _publish_frames(frames: int, encoders: Encoders) -> float:
+def _publish_frames(frames: int, encoders: Encoders, native_puts: bool) -> float:
     """µs of CPU per ``FramePublisher.publish_frame`` of SEQUENCER_RECORDS changed symbols on a
-    real ShmRing (full records into the snapshot table, delta records into the FRAME entry)."""
+    real ShmRing (full records into the snapshot table, delta records into the FRAME entry);
+    ``native_puts`` False puts them with the table's pure-Python twin."""
     from monotape.platform.core.conflation import Frame, FrameRecord
     from monotape.platform.host.publisher import FramePublisher
     from monotape.platform.model import Tick
-    from monotape.platform.ring import ShmRing
+    from monotape.platform.ring import ShmRing, table
 
     rng = random.Random(2)
     pairs = []
@@ -116,6 +118,9 @@ def _publish_frames(frames: int, encoders: Encoders) -> float:
         base = Tick(iid, "XNAS", 3, s, 0, p, p + 100, p + 50, 100)
         pairs.append((base, s, p))
     ring = ShmRing.create(tag="bench" + uuid.uuid4().hex[:12])
+    chosen = table.put_many
+    if not native_puts:  # the module attribute ShmRing.put_snapshots calls, for this run only
+        table.put_many = table.python_put_many
     try:
         pub = FramePublisher(ring, time.monotonic_ns, encoders=encoders)
         spent = 0
@@ -130,38 +135,45 @@ def _publish_frames(frames: int, encoders: Encoders) -> float:
             pub.publish_frame(frame)
             spent += time.process_time_ns() - t0
     finally:
+        table.put_many = chosen
         ring.close()
     return spent / frames / 1e3
 
 
 def _publish_rows(quick: bool) -> list[Row]:
-    """The sequencer's frame publish with the native record encoders against the Python twins
-    (interleaved runs): the part of a 40 ms frame the sequencer's loop spends encoding."""
+    """The sequencer's frame publish, all in Python (the fallback without a compiler), with the
+    native record encoders, and with the native table puts too (interleaved runs): the part
+    of a 40 ms frame the sequencer's loop spends encoding and putting."""
+    from monotape.platform.ring import table
     from monotape.platform.wire import records
 
     native = records.native_module()
     frames, runs = (20, 3) if quick else (100, 5)
     python = (records.python_encode_full_record, records.python_encode_delta_record)
-    py_us: list[float] = []
-    nat_us: list[float] = []
-    for _ in range(runs):
-        py_us.append(_publish_frames(frames, python))
-        if native is not None:
-            nat_us.append(
-                _publish_frames(frames, (native.encode_full_record, native.encode_delta_record))
+    variants: list[tuple[str, Encoders, bool, str]] = [
+        ("python encoders", python, False, "the pure-Python twins"),
+    ]
+    if native is not None:
+        encoders = (native.encode_full_record, native.encode_delta_record)
+        variants.append(
+            ("native encoders", encoders, False, "wire/_records.c; the table's Python puts")
+        )
+        if table.NATIVE:
+            variants.append(
+                ("native encoders + puts", encoders, True, "wire/_records.c and ring/_table.c")
             )
+    spent: dict[str, list[float]] = {name: [] for name, *_ in variants}
+    for _ in range(runs):
+        for name, enc, native_puts, _note in variants:
+            spent[name].append(_publish_frames(frames, enc, native_puts))
     note = f"{SEQUENCER_RECORDS:,} changed symbols per frame, {frames} frames x {runs} runs, CPU"
-    med, lo, hi = median_min_max(py_us)
-    rows = [
-        row("sequencer frame publish", "python encoders", med, "µs/frame", lo=lo, hi=hi,
-            ratio=1.0, peer="python encoders", note=f"the pure-Python twins; {note}"),
-    ]  # fmt: skip
-    if nat_us:
-        n_med, n_lo, n_hi = median_min_max(nat_us)
+    peer = median_min_max(spent["python encoders"])[0]
+    rows = []
+    for name, _enc, _native_puts, what in variants:
+        med, lo, hi = median_min_max(spent[name])
         rows.append(
-            row("sequencer frame publish", "native encoders", n_med, "µs/frame", lo=n_lo,
-                hi=n_hi, ratio=n_med / med, peer="python encoders",
-                note=f"wire/_records.c; {note}")
+            row("sequencer frame publish", name, med, "µs/frame", lo=lo, hi=hi,
+                ratio=med / peer, peer="python encoders", note=f"{what}; {note}")
         )  # fmt: skip
     return rows
 

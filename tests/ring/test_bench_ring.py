@@ -1,18 +1,20 @@
 """bench_ring runs and returns its typed rows (the figures themselves belong to the bench): the
-ring's three, then the sequencer's frame publish with the Python twins and, when the extension
-is built, the native record encoders beside them; then the tick ages' three, the writer's against
-the one-process node's."""
+ring's three, then the sequencer's frame publish with the Python twins and, when the extensions
+are built, the native record encoders and the native table puts beside them; then the tick
+ages' three, the writer's against the one-process node's."""
 
 from __future__ import annotations
 
 from bench.common import Row
 from bench.ring import bench_ring
+from monotape.platform.ring import table
 from monotape.platform.wire import records
 
 
 def test_bench_ring_quick_rows() -> None:
     rows = bench_ring.run(quick=True)
     publish = ["python encoders"] + (["native encoders"] if records.NATIVE else [])
+    publish += ["native encoders + puts"] if records.NATIVE and table.NATIVE else []
     assert [r.variant.split(" ")[0] for r in rows[:3]] == ["publish", "poll:", "poll"]
     assert [r.variant for r in rows[3:-3]] == publish
     assert {r.benchmark for r in rows[3:-3]} == {"sequencer frame publish"}

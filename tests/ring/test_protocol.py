@@ -161,6 +161,26 @@ def test_snapshot_table(ring: RingPair) -> None:
     assert r.snapshot(6) == SnapshotChunk((1, 1), b"x" * limit)
 
 
+def test_a_frames_puts_in_one_call(ring: RingPair) -> None:
+    """``put_snapshots``: each put as ``put_snapshot`` would store it, in order, counted alike;
+    a malformed one stores nothing of its batch."""
+    producer, reader = ring
+    r = reader(0)
+    cap, iids = producer.geometry.max_chunk, producer.geometry.snapshot_iids
+    puts = [(5, 1, 100, b"full-5"), (6, 1, 1, b"x" * (cap + 1)), (iids, 1, 1, b"y")]
+    assert producer.put_snapshots([*puts, (5, 1, 101, b"again")]) == 2
+    assert producer.counters.snapshots_refused == 2
+    assert r.snapshot(5) == SnapshotChunk((1, 101), b"again")  # the same frame's: replaced
+    assert r.snapshot(6) is None and r.snapshot(iids) is None
+    producer.publish(frame(1))
+    assert isinstance(r.poll(), RingFrame)
+    assert r.snapshot(5, at_most=1) == SnapshotChunk((1, 101), b"again")
+    assert producer.put_snapshots([]) == 0
+    with pytest.raises(ValueError):
+        producer.put_snapshots([(7, 1, 1, b"ok"), (8, -1, 0, b"bad")])
+    assert r.snapshot(7) is None and producer.counters.snapshots_refused == 2
+
+
 def test_the_table_keeps_two_records_tagged_with_their_frames_entry(ring: RingPair) -> None:
     """A put is tagged with the entry its frame will be (the next publish); a reader asks for
     the newest at or before the entries it has read (``position``), so a record put for a

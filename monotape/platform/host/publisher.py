@@ -1,7 +1,7 @@
 """The sequencer role's core, no I/O: a sequencer's output as frame-ring entries.
 
 Per frame boundary (docs/ring.md): each record of the sequencer's ``Frame`` is encoded once,
-twice over: its full record goes into the shared snapshot table (``put_snapshot``, before the
+twice over: its full record goes into the shared snapshot table (``put_snapshots``, before the
 frame is published; the table tags it with the frame's ring entry and keeps the last two per
 symbol, so a writer hydrates at the frames it has read, never a frame ahead), its delta record
 into the FRAME entry (``{iid: encode_delta_record(base, new)}``, ascending iid: the same bytes
@@ -39,7 +39,7 @@ from monotape.platform.core.stamps import FrameTicks
 from monotape.platform.model import Tick
 from monotape.platform.ring.ages import TickAges
 from monotape.platform.ring.layout import Entry, EntryKind, RingFrame
-from monotape.platform.ring.protocol import PublishOutcome, RingProducer, SnapshotChunk
+from monotape.platform.ring.protocol import PublishOutcome, Put, RingProducer, SnapshotChunk
 from monotape.platform.wire import codec
 
 __all__ = [
@@ -106,21 +106,24 @@ class FramePublisher:
         and the ages of the ``ticks`` it carries. Returns the outcome and the publish time
         (``published_ns``)."""
         ring = self.ring
-        put = ring.put_snapshot
         full, delta = self._full, self._delta
         records: dict[int, bytes] = {}
+        puts: list[Put] = []
+        put = puts.append
         left_out: list[int] = []
         for rec in frame.records:
             new = rec.new
             try:
                 chunk = delta(rec.base, new)
-                put(rec.iid, (new.epoch, new.seq), full(new))
+                # the encoders refuse a version that is not two u64, so the batch's puts cannot
+                put((rec.iid, new.epoch, new.seq, full(new)))
             except ValueError as exc:  # this symbol only: its terminals see a gap next frame
                 left_out.append(rec.iid)
                 if self._failures is not None:
                     self._failures.record("encode", exc, iid=rec.iid)
                 continue
             records[rec.iid] = chunk
+        ring.put_snapshots(puts)  # one call for the frame's (native: ring/_table.c)
         published = self._now_ns()
         if left_out:  # its ticks went to no screen: no tick_to_write for them at any writer
             self.left_out += len(left_out)

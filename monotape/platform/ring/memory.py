@@ -9,7 +9,7 @@ re-check after it are missing (one thread at a time: a read can never be torn he
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from monotape.platform.ring.doorbell import EventfdBell
 from monotape.platform.ring.layout import (
@@ -28,6 +28,7 @@ from monotape.platform.ring.protocol import (
     Lapped,
     ProducerCounters,
     PublishOutcome,
+    Put,
     ReaderCounters,
     RingRead,
     SnapshotChunk,
@@ -98,6 +99,13 @@ class MemoryRing:
             self._counters.snapshots_refused += 1
             return SnapshotPut.TOO_LARGE
         return SnapshotPut.STORED
+
+    def put_snapshots(self, puts: Sequence[Put]) -> int:
+        for i, (_, epoch, seq, _) in enumerate(puts):
+            if not (0 <= epoch < 1 << 64 and 0 <= seq < 1 << 64):
+                raise ValueError(f"put {i}: version {(epoch, seq)} is not two u64")
+        stored = SnapshotPut.STORED
+        return sum(self.put_snapshot(iid, (e, s), c) is not stored for iid, e, s, c in puts)
 
     def table(self) -> Iterator[tuple[int, SnapshotChunk]]:
         """Every iid the snapshot table holds a chunk for, ascending (``ShmRing.table``)."""

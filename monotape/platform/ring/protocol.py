@@ -8,10 +8,10 @@ one-process node) and ``shm.ShmRing`` (a segment in /dev/shm shared by processes
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from enum import Enum
-from typing import Protocol
+from typing import Protocol, TypeAlias
 
 from monotape.platform.ring.layout import Entry, Geometry, RingFrame, encode_entry, gap_entry
 
@@ -21,6 +21,7 @@ __all__ = [
     "Lapped",
     "ProducerCounters",
     "PublishOutcome",
+    "Put",
     "ReaderCounters",
     "RingProducer",
     "RingRead",
@@ -45,6 +46,10 @@ class SnapshotPut(Enum):
     STORED = "stored"
     TOO_LARGE = "too_large"  # chunk over the table's chunk size: the iid reads as absent
     OUT_OF_RANGE = "out_of_range"  # iid at or past the table's capacity: nothing stored
+
+
+# One snapshot put of a frame's batch (``put_snapshots``): (iid, epoch, seq, chunk)
+Put: TypeAlias = "tuple[int, int, int, bytes]"
 
 
 class GapCause(Enum):
@@ -153,6 +158,13 @@ class RingProducer(Protocol):
     def publish(self, entry: Entry) -> PublishOutcome: ...
 
     def put_snapshot(self, iid: int, version: tuple[int, int], chunk: bytes) -> SnapshotPut: ...
+
+    def put_snapshots(self, puts: Sequence[Put]) -> int:
+        """``put_snapshot`` of each (iid, epoch, seq, chunk), in order, in one call (a frame's
+        puts): the same table, the same counters. Returns how many were refused. Every item
+        is checked first: a version that is not two u64 raises ValueError, and nothing of
+        the batch is stored."""
+        ...
 
     def table(self) -> Iterator[tuple[int, SnapshotChunk]]:
         """What the snapshot table holds, by ascending iid: a restarted producer's seed."""

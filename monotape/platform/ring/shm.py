@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from monotape.platform.ring import table as snapshot_table
@@ -46,6 +46,7 @@ from monotape.platform.ring.protocol import (
     Lapped,
     ProducerCounters,
     PublishOutcome,
+    Put,
     ReaderCounters,
     RingRead,
     SnapshotChunk,
@@ -165,6 +166,12 @@ class ShmRing:
             self._counters.snapshots_refused += 1
             return SnapshotPut.TOO_LARGE
         return SnapshotPut.STORED
+
+    def put_snapshots(self, puts: Sequence[Put]) -> int:
+        # one call for the frame (table.put_many: native when built), tagged as put_snapshot's
+        refused = snapshot_table.put_many(self._seg, self._seg.words[W_HEAD] + 1, puts)
+        self._counters.snapshots_refused += refused
+        return refused
 
     def table(self) -> Iterator[tuple[int, SnapshotChunk]]:
         """Every iid the snapshot table holds a chunk for, ascending, with its version (the
