@@ -122,9 +122,10 @@ def test_a_batch_is_what_its_puts_one_by_one_would_be(segments: tuple[Segment, S
         (3, 1, 11, b"three again"[:cap]),  # the same tag: replaces the first
         (4, 2, 1, b"x" * (cap + 1)),  # too large: stored as absent, refused
         (GEOMETRY.snapshot_iids, 1, 1, b"y"),  # out of range: refused, nothing written
+        (1 << 70, 1, 1, b"y"),  # past any index: refused too
         (0, 0, 0, b""),
     ]
-    assert table.put_many(a, 7, puts) == 2
+    assert table.put_many(a, 7, puts) == 3
     for iid, epoch, seq, chunk in puts:
         if 0 <= iid < GEOMETRY.snapshot_iids:
             table.put(b, iid, 7, (epoch, seq), None if len(chunk) > cap else chunk)

@@ -65,14 +65,18 @@ read_item(PyObject *put, item *it, Py_ssize_t index)
         PyErr_Format(PyExc_TypeError, "put %zd must be a tuple (iid, epoch, seq, chunk)", index);
         return -1;
     }
-    it->iid = PyLong_AsSsize_t(PyTuple_GET_ITEM(put, 0));
+    PyObject *iid = PyNumber_Index(PyTuple_GET_ITEM(put, 0)); /* operator.index, as the twin */
+    if (iid == NULL) {
+        return -1;
+    }
+    it->iid = PyLong_AsSsize_t(iid);
+    Py_DECREF(iid);
     if (it->iid == -1 && PyErr_Occurred()) {
-        if (PyErr_ExceptionMatches(PyExc_OverflowError)) {
-            PyErr_Clear();
-            it->iid = -1; /* outside the table either way: refused, as the twin does */
-        } else {
+        if (!PyErr_ExceptionMatches(PyExc_OverflowError)) {
             return -1;
         }
+        PyErr_Clear();
+        it->iid = -1; /* outside the table either way: refused, as the twin does */
     }
     if (u64_of(PyTuple_GET_ITEM(put, 1), &it->epoch, index, "epoch") < 0 ||
         u64_of(PyTuple_GET_ITEM(put, 2), &it->seq, index, "seq") < 0) {
