@@ -52,11 +52,11 @@ bench: $(STAMP)
 soak: $(STAMP)
 	HOURS="$(HOURS)" RATE="$(RATE)" $(PY) -m monotape.loadgen.soak $(ARGS)
 
-# The native extensions' tests (send loop, field read, record encoders, table puts) against an AddressSanitizer +
-# UndefinedBehaviorSanitizer build of each, compiled in a scratch dir (the venv's own build is
-# untouched). The interpreter is not instrumented, so libasan is preloaded; PYTHONMALLOC=malloc
-# puts Python's objects (the payloads) under ASan's allocator; detect_leaks=0 because CPython
-# keeps its own objects until exit.
+# The native extensions' tests (send loop, field read, record encoders, table puts) against an
+# AddressSanitizer + UndefinedBehaviorSanitizer build of each, compiled in a scratch dir (the
+# venv's own build is untouched). The interpreter is not instrumented, so libasan is preloaded;
+# PYTHONMALLOC=malloc puts Python's objects (the payloads) under ASan's allocator; detect_leaks=0
+# because CPython keeps its own objects until exit.
 # --capture=sys leaves file descriptor 2 alone, so a sanitizer's report reaches the terminal.
 SANITIZE_DIR := build/native-sanitize
 .PHONY: native-sanitize

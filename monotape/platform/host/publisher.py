@@ -115,7 +115,8 @@ class FramePublisher:
             new = rec.new
             try:
                 chunk = delta(rec.base, new)
-                # the encoders refuse a version that is not two u64, so the batch's puts cannot
+                # full() refuses a version that is not two u64 (ValueError, this symbol only),
+                # so no item fails the batch's check in put_snapshots below
                 put((rec.iid, new.epoch, new.seq, full(new)))
             except ValueError as exc:  # this symbol only: its terminals see a gap next frame
                 left_out.append(rec.iid)
