@@ -36,6 +36,11 @@ across them, every run's figure in the note. The admission-off rows' ratio is 1;
 rows' ratio is default / off (medians), so the effect of admission on recovery and connect p99
 reads straight off the table.
 
+Every row's note gives the CPU the load workers and the harness used over the replay (cores:
+their CPU seconds, reaped children included, over its wall time): they are pinned to one core,
+so a figure well under 1 says the host's processes took that core from them, and then the
+storm measures its clients as much as the server.
+
 ``--writers N`` (issue 12) runs the same storm against the multi-process host (``monotape run
 --writers N``, not pinned: its roles spread over both cores and share ``LOAD_CPU`` with the
 load workers) beside the one-process node (pinned as above), both with the default admission,
@@ -54,6 +59,8 @@ import sys
 import time
 from dataclasses import dataclass
 from typing import Any
+
+import psutil
 
 from bench.common import Row, median_min_max, print_rows, raise_nofile, row
 from bench.e2e.pinned import LOAD_CPU, SERVER_CPU, affinity, can_pin, start_pinned
@@ -111,6 +118,17 @@ class Outcome:
     open_span_s: int
     pinned: str
     wall_s: float
+    # cores the load workers and this harness used over the replay (their CPU seconds / its
+    # wall time): next to the one core they are pinned to, it says when the clients, not the
+    # server, are what a storm on this box measures
+    load_cpu: float = 0.0
+
+
+def _harness_cpu_s() -> float:
+    """CPU seconds of this process and of its children already reaped: the load workers once
+    ``run_load`` has joined them (the server, still running, is not among them)."""
+    c = psutil.Process().cpu_times()
+    return float(c.user + c.system + c.children_user + c.children_system)
 
 
 def _sustained(report: LoadReport) -> tuple[float, int]:
@@ -166,7 +184,9 @@ def storm(size: Size, variant: str, env: dict[str, str], log: Any, writers: int 
             seed=1,
         )
         with affinity(LOAD_CPU if pin else None):
+            c0, w0 = _harness_cpu_s(), time.monotonic()
             report = run_load(server.url, trace, cfg, progress=None)
+            load_cpu = (_harness_cpu_s() - c0) / max(time.monotonic() - w0, 1e-9)
         after = _rejected_sums(server)
         # Every opened session subscribed once; its hydration lands on disk at the next
         # 10 s rotation.
@@ -197,13 +217,14 @@ def storm(size: Size, variant: str, env: dict[str, str], log: Any, writers: int 
         open_span_s=span,
         pinned=pinned,
         wall_s=time.monotonic() - t0,
+        load_cpu=load_cpu,
     )
     r = report
     log(
         f"  {variant}: {r.connected}/{r.scheduled} connected, 503s {r.rejected_503}, "
         f"connect p99 {r.connect_ms.p99:.0f} ms, recovery {r.recovery_s} s, "
         f"hydrate p99 {hydrate.get('p99_us', 0) / 1000:.2f} ms (n={hydrate.get('count')}), "
-        f"errors {r.errors}, {out.wall_s:.0f} s"
+        f"errors {r.errors}, load CPU {load_cpu:.2f} cores, {out.wall_s:.0f} s"
     )
     return out
 
@@ -286,7 +307,8 @@ def _rows(
         + f"; connect failures {_runs([float(r.connect_failures) for r in last], '.0f')}; "
         f"errors {_runs([float(r.errors) for r in last], '.0f')} (of which cancelled at the "
         f"drain deadline {_runs([float(r.cancelled) for r in last], '.0f')}); server loop lag max "
-        f"{_runs([(r.loop_lag_max_s or 0) * 1000 for r in last], '.0f')} ms"
+        f"{_runs([(r.loop_lag_max_s or 0) * 1000 for r in last], '.0f')} ms; load workers + "
+        f"harness CPU {_runs([x.load_cpu for x in runs], '.2f')} cores"
     )
     rows.append(
         row(
@@ -399,7 +421,10 @@ def _steady_rows(runs: list[Outcome], size: Size) -> list[Row]:
     v, lo, hi = median_min_max([r for r, _ in rec])
     waves = [float(second_wave(x.report)) for x in runs]
     w, wlo, whi = median_min_max(waves)
-    common = f"{runs[0].pinned}; --rate {RATE:,}; {len(runs)} run(s), alternated on fresh servers"
+    common = (
+        f"{runs[0].pinned}; --rate {RATE:,}; {len(runs)} run(s), alternated on fresh servers; "
+        f"load workers + harness CPU {_runs([x.load_cpu for x in runs], '.2f')} cores"
+    )
     return [
         row(
             "storm: steady state after the last wave",
