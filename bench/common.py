@@ -9,12 +9,14 @@ import os
 import platform
 import resource
 import statistics
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
     "Row",
+    "box_gauge_ms",
     "machine_summary",
     "median_min_max",
     "pin_to_cpu",
@@ -73,6 +75,21 @@ def print_rows(rows: Sequence[Row]) -> None:
     """One JSON object per row on stdout (each module's ``main``)."""
     for r in rows:
         print(json.dumps(r.as_dict(), ensure_ascii=False))
+
+
+def box_gauge_ms(loops: int = 1_000_000, tries: int = 3) -> float:
+    """CPU milliseconds of a fixed pure-Python loop in this process, the least of ``tries``: how
+    fast the box runs right now (lower is faster). This VM has run the same work ~1.8x slower
+    within the hour (docs/benchmarks.md, 2026-12-03); taken before each run, the gauge says
+    which runs ran on the same box and which must not be compared."""
+    best = float("inf")
+    for _ in range(tries):
+        t = time.process_time()
+        total = 0
+        for i in range(loops):
+            total += i
+        best = min(best, time.process_time() - t)
+    return best * 1e3
 
 
 def median_min_max(values: Sequence[float]) -> tuple[float, float, float]:

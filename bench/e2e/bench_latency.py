@@ -9,6 +9,10 @@ bottleneck; this one reports its own CPU). Every watchlist is exactly 40 symbols
 (``watchlists.zipf_watchlists`` over the default simulator's universe); one terminal in
 ``PRIORITY_EVERY`` also puts one of its symbols in an order ticket (``SetPriority``).
 
+Before each run the bench takes ``bench.common.box_gauge_ms`` (CPU ms of one fixed loop) and
+the host rows' notes list it per run: this VM has done the same work ~1.8x slower within the
+hour, and runs whose gauges differ that much ran on another box in effect.
+
 The trace: a linear ramp (full 4,200 over 10 s = 420/s, under the admission bucket's
 1,200/s), then no connects and no disconnects; a refused upgrade (503: the node sheds upgrades
 while its loop runs late) retries after 1 s. ``SETTLE_S`` after the ramp (the node refreezes
@@ -101,7 +105,7 @@ from typing import Any
 
 import psutil
 
-from bench.common import Row, median_min_max, print_rows, raise_nofile, row
+from bench.common import Row, box_gauge_ms, median_min_max, print_rows, raise_nofile, row
 from bench.e2e.pinned import LOAD_CPU, SERVER_CPU, can_pin, start_pinned
 from bench.wsclient import KINDS, client_frame
 from monotape.histograms import ALL_STAGES, STAGES
@@ -306,6 +310,7 @@ class Outcome:
     cpu_by_process: dict[str, float] = field(default_factory=dict)  # cores, psutil
     gen2_by_process: dict[str, tuple[int, float]] = field(default_factory=dict)  # (n, ms bound)
     split: dict[str, int] = field(default_factory=dict)  # terminals per writer
+    box_ms: float = 0.0  # bench.common.box_gauge_ms before the server started (lower: faster)
 
     def cpu_by_role(self) -> dict[str, float]:
         out: dict[str, float] = {}
@@ -430,6 +435,7 @@ def measure(size: Size, terminals: int, variant: str, log: Any, writers: int = 0
     """One run on a fresh server: the one-process node (``writers`` 0, pinned to SERVER_CPU)
     or the host with ``writers`` writer processes (not pinned)."""
     pin = can_pin(SERVER_CPU, LOAD_CPU)
+    box_ms = box_gauge_ms()  # how fast the box runs now: runs are compared only at one speed
     requests = terminal_requests(terminals)
     errors: list[str] = []
     server = start_pinned(
@@ -545,6 +551,7 @@ def measure(size: Size, terminals: int, variant: str, log: Any, writers: int = 0
         cpu_by_process=cpu_by_process,
         gen2_by_process=gen2_by_process,
         split=split,
+        box_ms=box_ms,
     )
     log(
         f"  {variant}: {out.connections:.0f} connected at the window's end "
@@ -555,7 +562,8 @@ def measure(size: Size, terminals: int, variant: str, log: Any, writers: int = 0
         f"{stages['write'].get('p99_us', 0) / 1000:.3f} ms, "
         f"gen2 {out.gen2_collections} ({out.gen2_max_ms:.2f} ms max), lag max "
         f"{out.lag_max_ms:.1f} ms, rss {out.rss_mb:.0f} MiB, allocs {out.allocs_per_s:,.0f}/s; "
-        f"cores by role {_roles_text(out)}; admitted {out.ticks_per_s:,.0f} ticks/s"
+        f"cores by role {_roles_text(out)}; admitted {out.ticks_per_s:,.0f} ticks/s; "
+        f"box gauge {box_ms:.0f} ms"
     )
     return out
 
@@ -848,6 +856,8 @@ def _common(runs: list[Outcome], size: Size) -> str:
         f"{len(runs)} run(s) on fresh servers, alternated with the one-process node; {o.pinned}; "
         f"window {o.window_s:.0f} s, {SETTLE_S:.0f} s after a {size.ramp_s} s ramp"
         + ("; lag shedding off (no 503 while a loop runs late)" if shedding else "")
+        + "; box gauge before each run (ms of one fixed loop, lower is faster; runs far apart "
+        "ran on a faster or slower box) " + " / ".join(f"{r.box_ms:.0f}" for r in runs)
     )
 
 

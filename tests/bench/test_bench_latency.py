@@ -230,6 +230,7 @@ def test_latency_bench_holds_a_tiny_population(monkeypatch: pytest.MonkeyPatch) 
     assert o.priority_per_s > 0, log  # terminal 0 holds an order ticket
     assert o.errors_received == 0 and not o.errors, (o.errors, log)
     assert o.server_cpu > 0 and o.client_cpu > 0
+    assert o.box_ms > 0 and "box gauge" in log[-1]  # the box's speed before the run, logged
     rows = bench_latency._rows([o], None, size)
     assert {r.benchmark for r in rows} >= {
         "latency: priority p99",
