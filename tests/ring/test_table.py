@@ -176,3 +176,22 @@ def test_the_native_put_refuses_another_geometry(segments: tuple[Segment, Segmen
         NATIVE.put_many(bytes(64), 0, 48, 0, 8, 1, [])  # not writable
     with pytest.raises(TypeError):
         NATIVE.put_many(seg.mm, 0)
+
+
+@needs_native
+def test_a_list_edited_while_it_is_read_is_refused(segments: tuple[Segment, Segment]) -> None:
+    """An iid whose ``__index__`` shrinks the list of puts: a RuntimeError, nothing written,
+    no read past the list (the sanitizer run checks that too)."""
+    seg = segments[0]
+    puts: list[Any] = []
+
+    class Shrinking:
+        def __index__(self) -> int:
+            puts.clear()
+            return 1
+
+    puts += [(Shrinking(), 1, 1, b"a"), (2, 1, 1, b"b")]
+    before = table_bytes(seg)
+    with pytest.raises(RuntimeError):
+        native_put_many(seg, 1, puts)
+    assert table_bytes(seg) == before

@@ -136,9 +136,18 @@ put_many(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
         PyErr_NoMemory();
         goto done;
     }
-    /* Every item read and held first: an error writes nothing. */
+    /* Every item read and held first: an error writes nothing. An iid's __index__ may run
+       Python that edits a list of puts: the size is read again each step, and the item is
+       held while it is read. */
     for (; held < n; held++) {
-        if (read_item(PySequence_Fast_GET_ITEM(seq, held), &items[held], held) < 0) {
+        if (PySequence_Fast_GET_SIZE(seq) != n) {
+            PyErr_SetString(PyExc_RuntimeError, "puts changed size while being read");
+            goto done;
+        }
+        PyObject *put = Py_NewRef(PySequence_Fast_GET_ITEM(seq, held));
+        int ok = read_item(put, &items[held], held);
+        Py_DECREF(put);
+        if (ok < 0) {
             goto done;
         }
     }
