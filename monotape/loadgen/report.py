@@ -130,7 +130,7 @@ class LoadReport(msgspec.Struct, frozen=True, kw_only=True):
     auth_cache_hit_rate: float | None = None
     timeline: list[Second] = msgspec.field(default_factory=list)
     # of ``errors``: terminal tasks still running at the trace's end plus drain_s, cancelled
-    # (for example closing handshakes the server had not answered yet)
+    # (still connecting, reading, or in their closing handshake)
     cancelled: int = 0
 
     def to_json(self) -> bytes:

@@ -120,7 +120,9 @@ class Terminal:
     below what it holds or a delta on another base is a fault; a delta at or below what it
     holds is dropped, and allowed only when a snapshot gave that version or a newer one (the
     shared table may be a few frames ahead of the last frame its writer read): the frames
-    themselves never repeat or go back."""
+    themselves never repeat or go back. A delta on another base for a symbol the last snapshot
+    left out is the documented gap, not a fault (``unhydrated``; the test asks the writer's
+    counter for it)."""
 
     def __init__(self, url: str, keys: list[str], prio: str | None = None) -> None:
         self.url = url
@@ -131,10 +133,12 @@ class Terminal:
         self.faults: list[str] = []
         self.reconnect = True
         self.from_snapshot: dict[int, int] = {}  # iid -> the version the last snapshot gave
-        # deltas for a symbol no snapshot gave yet: the hydration left it out because the
-        # writer was 2+ frames behind the table (docs/processes.md: counted as
-        # monotape_ring_snapshots_ahead_total; the terminal sees a gap, never a regression)
+        # deltas on another base for a symbol the last snapshot left out (a hydration, a gap or
+        # a lap snapshot): the writer was 2+ frames behind the table (docs/processes.md:
+        # counted as monotape_ring_snapshots_ahead_total; the terminal sees a gap, never a
+        # regression)
         self.unhydrated: list[str] = []
+        self.left_out: set[int] = set()  # held symbols the last snapshot did not carry
 
     @property
     def session(self) -> Session:
@@ -165,6 +169,7 @@ class Terminal:
             s.server_id = m.server_id
         elif isinstance(m, codec.Snapshot):
             s.log.append(("snapshot", m.frame_no))
+            self.left_out = set(self.held) - {r.iid for r in m.records}
             for r in m.records:
                 held = self.held.get(r.iid, 0)
                 if r.seq < held:
@@ -182,10 +187,29 @@ class Terminal:
                 if r.has_base and r.base_seq != held:
                     gap = f"frame {m.frame_no}: {r.iid} base {r.base_seq} != {held}"
                     first_sight = r.iid not in self.held and r.iid not in self.from_snapshot
-                    (self.unhydrated if first_sight else self.faults).append(gap)
+                    left_out = first_sight or r.iid in self.left_out
+                    (self.unhydrated if left_out else self.faults).append(gap)
                 self.held[r.iid] = r.seq
+                self.left_out.discard(r.iid)
         elif isinstance(m, codec.PriorityUpdate):
             s.priority.append((m.record.iid, m.record.seq))
+
+
+def _left_out_gaps(terminals: list[Terminal], host: Host, writer: int) -> tuple[int, float]:
+    """The gaps the terminals filed as left out so far, and ``writer``'s counter of them."""
+    gaps = sum(len(t.unhydrated) for t in terminals)
+    return gaps, host.metric(writer, metric_names.RING_SNAPSHOTS_AHEAD)
+
+
+def _assert_left_out_counted(
+    terminals: list[Terminal], host: Host, writer: int, since: tuple[int, float]
+) -> tuple[int, float]:
+    """Terminals that met new left-out gaps since ``since`` (gaps, counter): ``writer``, whose
+    snapshots they were, counted new ones."""
+    now = _left_out_gaps(terminals, host, writer)
+    if now[0] > since[0]:
+        assert now[1] > since[1], [t.unhydrated for t in terminals]
+    return now
 
 
 def consecutive(nos: list[int]) -> bool:
@@ -353,6 +377,7 @@ async def test_two_writers_share_the_port_and_the_ring(host: Host) -> None:
 
         # (d) writer 0 stops reading for 3 s: lapped; writer 1's terminals miss nothing
         before = {id(t): len(t.session.log) for t in terminals}
+        left_out = _left_out_gaps(terminals, host, 0)  # (d) and (e) snapshot on writer 0
         stopped = host.procs[0]
         stopped.send_signal(signal.SIGSTOP)
         await asyncio.sleep(3.0)
@@ -375,6 +400,8 @@ async def test_two_writers_share_the_port_and_the_ring(host: Host) -> None:
             assert t.session.snapshots() == 1 and consecutive(t.session.frame_nos())
         for t in terminals:
             assert t.faults == [], t.faults
+        # a lap snapshot taken 2+ frames behind the table left symbols out: counted, never hidden
+        left_out = _assert_left_out_counted(terminals, host, 0, left_out)
 
         # (e) kill -9 writer 1: its terminals reconnect to writer 0 and hydrate
         host.procs[1].kill()
@@ -393,6 +420,7 @@ async def test_two_writers_share_the_port_and_the_ring(host: Host) -> None:
         for t in terminals:
             assert t.faults == [], t.faults
             assert consecutive(t.session.frame_nos()[-10:])
+        _assert_left_out_counted(terminals, host, 0, left_out)
         assert host.metric(0, "monotape_connections") == TERMINALS
     finally:
         for t in terminals:

@@ -178,6 +178,8 @@ def test_a_frames_puts_in_one_call(ring: RingPair) -> None:
     assert producer.put_snapshots([]) == 0
     with pytest.raises(ValueError):
         producer.put_snapshots([(7, 1, 1, b"ok"), (8, -1, 0, b"bad")])
+    with pytest.raises(TypeError):  # both rings check alike (protocol.check_puts)
+        producer.put_snapshots([(7, 1, 1, b"ok"), (8, 1, 1, "not a buffer")])  # type: ignore[list-item]
     assert r.snapshot(7) is None and producer.counters.snapshots_refused == 2
 
 

@@ -33,6 +33,7 @@ from monotape.platform.ring.protocol import (
     RingRead,
     SnapshotChunk,
     SnapshotPut,
+    check_puts,
     fit_entry,
 )
 
@@ -101,9 +102,7 @@ class MemoryRing:
         return SnapshotPut.STORED
 
     def put_snapshots(self, puts: Sequence[Put]) -> int:
-        for i, (_, epoch, seq, _) in enumerate(puts):
-            if not (0 <= epoch < 1 << 64 and 0 <= seq < 1 << 64):
-                raise ValueError(f"put {i}: version {(epoch, seq)} is not two u64")
+        check_puts(puts)
         stored = SnapshotPut.STORED
         return sum(self.put_snapshot(iid, (e, s), c) is not stored for iid, e, s, c in puts)
 

@@ -8,6 +8,7 @@ one-process node) and ``shm.ShmRing`` (a segment in /dev/shm shared by processes
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from enum import Enum
@@ -28,6 +29,7 @@ __all__ = [
     "RingReader",
     "SnapshotChunk",
     "SnapshotPut",
+    "check_puts",
     "fit_entry",
 ]
 
@@ -115,6 +117,23 @@ class ReaderCounters:
     snapshot_ahead: int = 0
 
 
+def check_puts(puts: Sequence[Put]) -> None:
+    """What ``put_snapshots`` checks before it stores anything: each item a tuple (iid, epoch,
+    seq, chunk), the iid an index, the version two u64, the chunk a buffer. Raises TypeError or
+    ValueError naming the item (ring/_table.c checks the same in C)."""
+    for i, item in enumerate(puts):
+        if type(item) is not tuple or len(item) != 4:
+            raise TypeError(f"put {i} must be a tuple (iid, epoch, seq, chunk)")
+        iid, epoch, seq, chunk = item
+        operator.index(iid)
+        for what, v in (("epoch", epoch), ("seq", seq)):
+            if not isinstance(v, int):
+                raise TypeError(f"put {i}: {what} must be an int")
+            if not 0 <= v < 1 << 64:
+                raise ValueError(f"put {i}: {what} is not a u64")
+        memoryview(chunk).release()  # a buffer, as the native put holds
+
+
 def fit_entry(
     entry: Entry, max_entry: int, counters: ProducerCounters
 ) -> tuple[bytes, PublishOutcome]:
@@ -162,8 +181,8 @@ class RingProducer(Protocol):
     def put_snapshots(self, puts: Sequence[Put]) -> int:
         """``put_snapshot`` of each (iid, epoch, seq, chunk), in order, in one call (a frame's
         puts): the same table, the same counters. Returns how many were refused. Every item
-        is checked first: a version that is not two u64 raises ValueError, and nothing of
-        the batch is stored."""
+        is checked first (``check_puts``): a malformed one (a version that is not two u64:
+        ValueError) raises, and nothing of the batch is stored."""
         ...
 
     def table(self) -> Iterator[tuple[int, SnapshotChunk]]:

@@ -14,12 +14,11 @@ publish, bench_ring). ``python_put_many`` is its twin, word for word (tests/ring
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Iterator, Sequence
 from types import ModuleType
 
 from monotape.platform.ring.layout import SNAPSHOT_HEAD
-from monotape.platform.ring.protocol import Put, SnapshotChunk
+from monotape.platform.ring.protocol import Put, SnapshotChunk, check_puts
 from monotape.platform.ring.segment import Segment
 
 __all__ = [
@@ -33,8 +32,6 @@ __all__ = [
     "put_many",
     "python_put_many",
 ]
-
-_U64 = 1 << 64
 
 
 def put(seg: Segment, iid: int, tag: int, version: tuple[int, int], chunk: bytes | None) -> None:
@@ -66,17 +63,7 @@ def python_put_many(seg: Segment, tag: int, puts: Sequence[Put]) -> int:
     """``put`` each (iid, epoch, seq, chunk) in order for entry ``tag``; returns how many were
     refused: an iid outside the table (nothing written) or a chunk over ``max_chunk`` (stored
     as absent). Every item is checked first: a malformed one raises and nothing is written."""
-    for i, item in enumerate(puts):
-        if type(item) is not tuple or len(item) != 4:
-            raise TypeError(f"put {i} must be a tuple (iid, epoch, seq, chunk)")
-        iid, epoch, seq, chunk = item
-        operator.index(iid)
-        for what, v in (("epoch", epoch), ("seq", seq)):
-            if not isinstance(v, int):
-                raise TypeError(f"put {i}: {what} must be an int")
-            if not 0 <= v < _U64:
-                raise ValueError(f"put {i}: {what} is not a u64")
-        memoryview(chunk).release()  # a buffer, as the native put holds
+    check_puts(puts)
     g = seg.geometry
     iids, cap = g.snapshot_iids, g.max_chunk
     refused = 0
