@@ -247,7 +247,7 @@ class _Churn:
                     break
                 req, held = await self._change(ws, req, held, rng)
             if rst:
-                reset(ws)
+                reset(ws.transport)
                 t.rst += 1
             else:
                 await ws.close()

@@ -1,10 +1,13 @@
 """One load worker process: an asyncio loop (uvloop) replaying its share of the terminals.
 
 Started by ``harness.run_load`` with the 'spawn' context. Each terminal waits for its scheduled
-second, connects (``compression=None``, like the terminals), waits for the hello, subscribes to
-its watchlist (one binary ``subscribe``), waits for the first FRAME, then stays until its
-scheduled end and leaves gracefully or with an RST. A 503 or a failed connect backs off by the
-SDK's own policy (``sdk.next_delay``: full jitter, Retry-After and reconnect hints honoured).
+second, connects (no extensions offered, like the terminals; ``ws_terminal.py``: websockets'
+Sans-I/O client for the upgrade and what it sends, a frame walk for what it receives), waits
+for the hello, subscribes to its watchlist (one binary ``subscribe``), waits for the first
+FRAME, then stays until its scheduled end and leaves gracefully or with an RST. The messages
+reach ``session.Session.on_event`` from the socket's ``data_received``: no task wakes per message. A
+503 or a failed connect backs off by the SDK's own policy (``sdk.next_delay``: full jitter,
+Retry-After and reconnect hints honoured).
 Everything is bounded by the trace's end plus ``drain_s``; every task is finished or cancelled
 and every socket closed before the worker reports.
 """
@@ -22,28 +25,18 @@ from multiprocessing.queues import Queue
 from typing import Any, Final
 
 import msgspec
-import websockets
-from websockets.asyncio.client import ClientConnection
-from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
+from websockets.exceptions import InvalidHandshake, InvalidStatus
 
-from monotape.loadgen.rst import reset
+from monotape.loadgen.session import UNTIL_HELLO, Session
 from monotape.loadgen.trace import SessionPlan
 from monotape.loadgen.worker_job import Job, Knobs, WorkerResult, last_gap
+from monotape.loadgen.ws_terminal import TerminalSocket, connect
 from monotape.platform.sdk.reconnect import hint_from_reason, next_delay, parse_retry_after
-from monotape.platform.wire import codec
-from monotape.platform.wire.requests import Subscribe, encode_request
 
 __all__ = ["Job", "Knobs", "WorkerResult", "last_gap", "worker_main"]
 
 _MAX_ERROR_SAMPLES: Final = 20
 _WAVES: Final = 16  # attempt numbers tracked separately; later ones land in the last bucket
-_HELLO, _SNAPSHOT, _FRAME, _ERROR, _CLOSE = (
-    codec.Kind.HELLO,
-    codec.Kind.SNAPSHOT,
-    codec.Kind.FRAME,
-    codec.Kind.ERROR,
-    codec.Kind.CLOSE,
-)
 
 
 class _Worker:
@@ -79,6 +72,14 @@ class _Worker:
         if len(self.error_samples) < _MAX_ERROR_SAMPLES:
             self.error_samples.append(what[:200])
 
+    def framed(self, wanted_at: float, first_of_terminal: bool) -> None:
+        """A session's first FRAME (``first_of_terminal``: the terminal's first ever)."""
+        if first_of_terminal:
+            self.first_frame_sessions += 1
+        self.first_frame_ms.append((self.now() - wanted_at) * 1000)
+        self.first_frames += 1
+        self._sec()[3] += 1
+
     def progress(self) -> tuple[int, ...]:
         return (
             self.connected,
@@ -90,15 +91,13 @@ class _Worker:
             self.errors,
         )
 
-    async def _connect(self) -> ClientConnection:
-        return await websockets.connect(
+    async def _connect(self) -> TerminalSocket:
+        # no extensions offered: as the terminals, the market-data path is never deflated
+        return await connect(
             self.job.url,
-            compression=None,  # as the terminals: the market-data path is never deflated
-            open_timeout=self.k.open_timeout_s,
-            close_timeout=self.k.close_timeout_s,
-            max_size=8 * 1024 * 1024,  # the hello carries the whole dictionary
-            max_queue=64,
-            ping_interval=None,
+            open_timeout_s=self.k.open_timeout_s,
+            close_timeout_s=self.k.close_timeout_s,
+            watch=bytearray(UNTIL_HELLO),
         )
 
     # -- one terminal --------------------------------------------------------------------------
@@ -125,7 +124,7 @@ class _Worker:
                 if not ever:
                     self.abandoned += 1
                 break
-            ws: ClientConnection | None = None
+            ws: TerminalSocket | None = None
             self.attempts += 1
             self.waves[min(attempt, _WAVES - 1)] += 1
             self._sec()[0] += 1
@@ -177,7 +176,8 @@ class _Worker:
                 )
             finally:
                 self.connected -= 1
-                ws.transport.abort()  # no-op after a clean close; frees the socket otherwise
+                if ws.transport is not None:
+                    ws.transport.abort()  # no-op after a clean close; frees the socket otherwise
             if hint_ms is None:
                 break
             # lost early: back off (the server's hint honoured) and come back
@@ -200,7 +200,7 @@ class _Worker:
 
     async def _session(
         self,
-        ws: ClientConnection,
+        ws: TerminalSocket,
         plan: SessionPlan,
         watchlist: list[str],
         end_at: float,
@@ -210,63 +210,42 @@ class _Worker:
     ) -> int | None:
         """Hello, subscribe, first frame, stay. None when it ended as planned; the reconnect
         hint (ms, 0 without one) when the server or the network ended it early."""
-        got_hello = framed = False
-        up_since: float | None = None
-        late_at = self.now() + self.k.first_frame_timeout_s
-        late = False
-        hint: int | None = None
+        s = Session(self, ws, watchlist, wanted_at, session_framed)
+        late = self.loop.call_later(
+            self.k.first_frame_timeout_s, s.late, self.k.first_frame_timeout_s
+        )
         try:
             async with asyncio.timeout_at(self.t0 + end_at):
-                while True:
-                    data = await ws.recv(decode=False)
-                    kind = data[0] if data else 0
-                    if not got_hello:
-                        if kind != _HELLO:
-                            self.error(f"first message is kind {kind}, not hello")
-                            return 0
-                        got_hello = True
-                        await ws.send(encode_request(Subscribe(req=1, keys=watchlist)))
-                        continue
-                    if up_since is None and kind in (_SNAPSHOT, _FRAME):
-                        up_since = self.now()  # hydrated: the subscription is live
-                    if kind == _FRAME and not framed:
-                        framed = True
-                        if not session_framed[0]:
-                            session_framed[0] = True
-                            self.first_frame_sessions += 1
-                        self.first_frame_ms.append((self.now() - wanted_at) * 1000)
-                        self.first_frames += 1
-                        self._sec()[3] += 1
-                    elif kind == _ERROR:
-                        self.error(f"server error: {_describe(data)}")
-                    elif kind == _CLOSE:
-                        hint = _close_hint(data)
-                    if not framed and not late and self.now() > late_at:
-                        late = True
-                        self.error(f"no frame within {self.k.first_frame_timeout_s:g} s")
+                await asyncio.shield(ws.closed)
         except TimeoutError:
             pass  # the scheduled end: leave as planned
-        except ConnectionClosed as exc:
-            if up_since is not None:
-                ups.append((up_since, self.now()))
-            reason = exc.rcvd.reason if exc.rcvd is not None else None
-            return hint if hint is not None else (hint_from_reason(reason) or 0)
-        if up_since is not None:
-            ups.append((up_since, self.now()))
+        else:  # the server, the network or a broken session ended it
+            if s.up_since is not None:
+                ups.append((s.up_since, self.now()))
+            if ws.failure is not None and s.hint is None:
+                self.error(f"connection failed: {ws.failure}")  # broken framing: say so
+            if s.hint is not None:
+                return s.hint
+            return hint_from_reason(ws.close_reason) or 0
+        finally:
+            late.cancel()
+        if s.up_since is not None:
+            ups.append((s.up_since, self.now()))
         if plan.disconnect_at is None or plan.disconnect_at >= self.end:
             await self._close(ws)
             self.closed_at_end += 1
         elif plan.abrupt:
-            reset(ws)
+            ws.reset()
             self.abrupt += 1
         else:
             await self._close(ws)
             self.graceful += 1
         return None
 
-    async def _close(self, ws: ClientConnection) -> None:
+    async def _close(self, ws: TerminalSocket) -> None:
+        ws.close()  # the closing handshake; aborted after close_timeout_s
         with contextlib.suppress(Exception):
-            await ws.close()
+            await asyncio.shield(ws.closed)
 
     async def ticker(self, report: Callable[[tuple[int, ...]], None]) -> None:
         k = 1
@@ -303,22 +282,6 @@ class _Worker:
             seconds=self.seconds,
             cancelled=self.cancelled,
         )
-
-
-def _describe(data: bytes) -> str:
-    try:
-        msg = codec.decode_message(data)
-    except codec.CodecError as exc:
-        return f"undecodable: {exc}"
-    return f"{msg!r}"
-
-
-def _close_hint(data: bytes) -> int | None:
-    with contextlib.suppress(codec.CodecError):
-        msg = codec.decode_message(data)
-        if isinstance(msg, codec.Close):
-            return msg.reconnect_after_ms
-    return None
 
 
 async def _run(job: Job, t0_wall: float, results: Queue[Any]) -> WorkerResult:
