@@ -16,6 +16,7 @@ __all__ = [
     "AUTH_VERIFY_SECONDS",
     "BYTES_SENT",
     "CONNECTIONS",
+    "CPU_WAIT",
     "DISCONNECTS",
     "DUPLICATE_TICKS",
     "EVENT_LOOP_LAG",
@@ -129,6 +130,8 @@ FEED_HANDLER_UP = "monotape_feed_handler_up"  # {venue,handler}
 ASYNCIO_TASKS = "monotape_asyncio_tasks"
 EVENT_LOOP_LAG = "monotape_event_loop_lag_seconds"
 EVENT_LOOP_LAG_MAX = "monotape_event_loop_lag_max_seconds"  # max since the last scrape
+# counter: the event loop's thread runnable but waiting for a CPU (Linux schedstat), per process
+CPU_WAIT = "monotape_cpu_wait_seconds_total"
 GC_FROZEN_OBJECTS = "monotape_gc_frozen_objects"
 GC_REFREEZES = "monotape_gc_refreezes_total"  # counter: gc.freeze() after connections settled
 GC_RECLAIMS = "monotape_gc_reclaims_total"  # counter: unfreeze + full collect + freeze

@@ -53,6 +53,10 @@ EVENT_LOOP_LAG_S: Final = 0.02  # half a frame, on average, for minutes
 # A tenth of the 40 ms grid passed over: terminals get 22.5 frames a second or fewer. One late
 # frame in a second (4%) is a storm or a pause; a tenth for ten minutes is a node short of CPU.
 FRAME_SKIP_SHARE: Final = 0.1
+# Seconds per second a process's loop waited for a core (Linux run-queue wait). Measured on a
+# two-core box: an idle host at 20k ticks/s 0.04-0.08 per process; a 2,000-terminal storm with its
+# load on the same cores 0.22-0.31 for every process, hydrations 8x their CPU time at p99.
+CPU_WAIT_SHARE: Final = 0.25
 STAGE_END_TO_END: Final = "tick_to_write"
 
 if TICK_TO_GLASS_BUDGET_S not in STAGE_DURATION_BUCKETS_S:  # pragma: no cover - a build error
@@ -289,6 +293,23 @@ def alert_rules() -> list[AlertRule]:
                 "Every frame boundary, write and upgrade of the node waits this long: the "
                 "loop is saturated (CPU), blocked (a synchronous call) or paused (GC). The "
                 "node sheds upgrades at 100 ms of lag."
+            ),
+        ),
+        AlertRule(
+            name="CpuStarved",
+            signal=f"max by (instance, process) (rate({m.CPU_WAIT}[5m]))",
+            condition=f"> {CPU_WAIT_SHARE:g}",
+            for_="10m",
+            severity=Severity.WARNING,
+            summary=(
+                "{{ $labels.process }} waits for a CPU a quarter of the time on "
+                "{{ $labels.instance }}"
+            ),
+            description=(
+                "For ten minutes the process's event loop spent more than a quarter of its time "
+                "ready to run with no core to run on. Every latency of that process grows by "
+                "as much (hydrations, frame boundaries, writes), and the cause is the machine, "
+                "not the code: more runnable processes than cores."
             ),
         ),
         AlertRule(

@@ -340,7 +340,7 @@ ADMISSION = Dashboard(
 HEALTH = Dashboard(
     "monotape-health",
     "Health",
-    "The process under the tape: invariants, memory, GC, event loop, file descriptors.",
+    "The process under the tape: invariants, memory, GC, event loop, CPU wait, file descriptors.",
     (
         Panel(
             "invariant violations",
@@ -375,6 +375,14 @@ HEALTH = Dashboard(
                 Target(Gauge(m.EVENT_LOOP_LAG), "lag"),
                 Target(Gauge(m.EVENT_LOOP_LAG_MAX), "max"),
             ),
+        ),
+        Panel(
+            "CPU wait by process",
+            "Seconds per second each process's event loop was ready to run with no core free "
+            "(Linux run-queue wait). Near 0 on a host with cores to spare (0.04-0.08 idle, "
+            "measured); above 0.25 the box is short of cores and every latency grows with it.",
+            "s",
+            (Target(Rate(m.CPU_WAIT, by=("process",)), "wait {{process}}"),),
         ),
         Panel(
             "file descriptors",

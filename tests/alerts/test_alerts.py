@@ -57,6 +57,7 @@ def test_every_alert_the_issue_names_is_there_with_its_severity() -> None:
         "AdmissionRejectingSustained",
         "SlowConsumerDropsHigh",
         "EventLoopLagHigh",
+        "CpuStarved",
         "FrameRateBelowGrid",
     ]
     assert RULES_BY_NAME["InvariantViolated"].severity == "page"
@@ -237,6 +238,19 @@ CASES: dict[str, Case] = {
             (f"{m.EVENT_LOOP_LAG}{{{N2}}}", "0.005x20"),
         ],
         "checks": [("3m", []), ("10m", [{"instance": "n1", "job": "monotape"}])],
+    },
+    "CpuStarved": {
+        # n1's writer-0 waits 0.3 s a second from the start, its sequencer 0.1; n2's writer
+        # waited 0.3 only for 5 minutes (a storm), then 0.05
+        "series": [
+            (f'{m.CPU_WAIT}{{instance="n1",job="monotape",process="writer-0"}}', "0+18x30"),
+            (f'{m.CPU_WAIT}{{instance="n1",job="monotape",process="sequencer"}}', "0+6x30"),
+            (f'{m.CPU_WAIT}{{instance="n2",job="monotape",process="writer-0"}}', "0+18x5 90+3x25"),
+        ],
+        "checks": [
+            ("8m", []),
+            ("20m", [{"instance": "n1", "process": "writer-0"}]),
+        ],
     },
     "FrameRateBelowGrid": {
         # n1 takes 20 boundaries a second and skips 5 (20%) from 2m; n2 takes all 25, skips

@@ -47,6 +47,7 @@ import websockets
 
 from monotape import metric_names as m
 from monotape.loadgen.launch import parse_samples, sum_samples
+from monotape.platform.node.process_metrics import main_thread_schedstat
 from monotape.platform.ring import RingConfig
 from monotape.platform.wire import codec
 from tests.conftest import RunningServer, start_server, until
@@ -275,6 +276,9 @@ async def test_monotape_run_writers_2_serves_as_one_node(node: RunningServer) ->
         samples = parse_samples(node.http("/metrics", timeout=30))
         assert sum_samples(samples, m.CONNECTIONS) == sum(split.values())
         assert sum_samples(samples, m.PROCESS_UP) == len(processes)
+        if main_thread_schedstat().exists():  # each process's own run-queue wait, labelled
+            waits = {dict(ls).get("process") for (n, ls) in samples if n == m.CPU_WAIT}
+            assert waits >= set(processes), waits
         # Every frame that moved a watchlist's symbols reached every terminal of that watchlist,
         # on either writer (a late sequencer conflates the boundaries it overslept into the
         # next one, so numbers may skip: core/conflation.py, due_boundary; what counts is that

@@ -28,7 +28,7 @@ import os
 import sys
 from typing import NoReturn
 
-from prometheus_client import CollectorRegistry, ProcessCollector
+from prometheus_client import CollectorRegistry
 
 from monotape import metric_names as m
 from monotape.clock import Clock, SystemClock
@@ -49,6 +49,7 @@ from monotape.platform.host.spec import RoleSpec
 from monotape.platform.host.state import RoleView, handler_state
 from monotape.platform.host.telemetry import RoleState, serve_metrics
 from monotape.platform.node.collectors import GcCollector
+from monotape.platform.node.process_metrics import register_process_metrics
 from monotape.platform.node.sources import HandlerPlan, handler_plans
 
 __all__ = ["exit_now", "find_plans", "main", "role_name"]
@@ -113,7 +114,7 @@ async def _serve(spec: RoleSpec, cfg: Config) -> int:
     # warm-up freeze is the whole policy (docs/observability.md, "GC and the event loop").
     gc_monitor = GcMonitor(clock=clock).install()
     registry.register(GcCollector(gc_monitor, frozen_name=m.GC_FROZEN_OBJECTS))
-    ProcessCollector(registry=registry)
+    register_process_metrics(registry)
     # The same loopback port answers the host's /admin/feeds with these handlers' rows.
     source = "replay" if cfg.feeds.replay else "simulator"  # the node's word (Node.source)
     handlers = [r.handler for r in group.roles]

@@ -32,7 +32,7 @@ import socket
 from collections.abc import Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client import CollectorRegistry, ProcessCollector
+from prometheus_client import CollectorRegistry
 
 from monotape import metric_names as m
 from monotape.clock import Clock, SystemClock
@@ -65,6 +65,7 @@ from monotape.platform.node.collectors import (
 )
 from monotape.platform.node.failures import StageFailures
 from monotape.platform.node.grid import GridCounts, run_frame_grid
+from monotape.platform.node.process_metrics import register_process_metrics
 from monotape.platform.node.rotation import HistogramRotation
 from monotape.platform.node.sources import universe_of
 from monotape.platform.ring.collector import RingProducerCollector
@@ -149,7 +150,7 @@ class SequencerRole:
         reg.register(bus_collector)
         reg.register(GcCollector(self.gc_monitor))
         reg.register(LoopLagCollector(self.loop_lag, max_name=m.EVENT_LOOP_LAG_MAX))
-        ProcessCollector(registry=reg)
+        register_process_metrics(reg)
         return reg
 
     # -- one step each (tests call them directly) ----------------------------------------------

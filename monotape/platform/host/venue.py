@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 
-from prometheus_client import CollectorRegistry, ProcessCollector
+from prometheus_client import CollectorRegistry
 
 from monotape.clock import Clock, SystemClock
 from monotape.config import Config
@@ -48,6 +48,7 @@ from monotape.platform.host.telemetry import serve_metrics
 from monotape.platform.node.collectors import IngestCollector
 from monotape.platform.node.failures import StageFailures
 from monotape.platform.node.pipeline import PUMP_INTERVAL_S
+from monotape.platform.node.process_metrics import register_process_metrics
 from monotape.platform.node.sources import build_sources, handler_plans
 
 __all__ = ["VenueRole", "main"]
@@ -152,7 +153,7 @@ async def _serve(spec: RoleSpec, cfg: Config) -> int:
     elif isinstance(bus, IpcTickBus):
         links.append(bus.counters)
     registry.register(LinkCollector(lambda: links))
-    ProcessCollector(registry=registry)
+    register_process_metrics(registry)
     serve_metrics(registry, spec.run_dir, role.name)
     log_event(
         "venue_started",

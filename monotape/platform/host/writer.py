@@ -26,7 +26,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import msgspec
-from prometheus_client import CollectorRegistry, ProcessCollector
+from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -57,6 +57,7 @@ from monotape.platform.node.collectors import (
 )
 from monotape.platform.node.failures import StageFailures
 from monotape.platform.node.pipeline import GcUpkeep
+from monotape.platform.node.process_metrics import register_process_metrics
 from monotape.platform.node.rotation import HistogramRotation
 from monotape.platform.node.sources import universe_of
 from monotape.platform.node.supervisor import LoopFactory, Supervisor
@@ -281,7 +282,7 @@ class WriterRole:
             loop.add_signal_handler(sig, self._on_signal, sig)
         self.gc_monitor.install()
         self.registry.register(RuntimeCollector(loop))
-        ProcessCollector(registry=self.registry)
+        register_process_metrics(self.registry)
         self.ws_port = await self.server.start()
         follower = RingFollower(self.reader, self._on_read, loop)
         follower.start()

@@ -243,7 +243,7 @@ class StageLatencyCollector(Collector):
 
 class RuntimeCollector(Collector):
     """The event loop's task count: a leak of per-connection tasks shows here first (process
-    RSS, CPU and open fds come from prometheus_client's ProcessCollector beside it)."""
+    RSS, CPU, open fds and the CPU wait come from ``process_metrics`` beside it)."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop

@@ -17,7 +17,7 @@ import os
 import socket
 from pathlib import Path
 
-from prometheus_client import CollectorRegistry, ProcessCollector
+from prometheus_client import CollectorRegistry
 
 from monotape import metric_names as m
 from monotape.clock import Clock, SystemClock
@@ -66,6 +66,7 @@ from monotape.platform.node.endpoints import (
 )
 from monotape.platform.node.failures import StageFailures
 from monotape.platform.node.pipeline import GcUpkeep, Pipeline
+from monotape.platform.node.process_metrics import register_process_metrics
 from monotape.platform.node.rotation import HistogramRotation
 from monotape.platform.node.sources import build_sources
 from monotape.platform.node.supervisor import LoopFactory, Supervisor
@@ -271,7 +272,7 @@ class Node:
                 "handler_started", venue=handler.venue, handler=handler.name, epoch=record.epoch
             )
         self.registry.register(RuntimeCollector(asyncio.get_running_loop()))
-        ProcessCollector(registry=self.registry)  # process RSS, CPU seconds, open fds
+        register_process_metrics(self.registry)  # RSS, CPU seconds, open fds, CPU wait
         await self._listen()
         srv = self.cfg.server
         if srv.gc_freeze:
