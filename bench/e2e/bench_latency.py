@@ -40,7 +40,10 @@ bench reads (admin token):
   not the bench's window), with the FRAME messages read, the boundaries a terminal's
   numbers passed without showing it and the server's own skipped-boundary rate
   (``monotape_frame_boundaries_skipped_total``) in the note; PRIORITY messages per second,
-  ERROR messages; the server's and the clients' CPU seconds per second (psutil).
+  ERROR messages; the server's and the clients' CPU seconds per second (psutil); and how long
+  each server process's event loop waited for a core over the window (the delta of its
+  ``monotape_cpu_wait_seconds_total``, s per s), logged per process, the longest-waiting one
+  per run in every row's note: a run on a box short of cores says so.
 
 The peer, in the same run on a fresh server with the same ``--rate``: 10x fewer terminals
 (420 full / 20 quick) with the same ramp length and window. Each variant runs ``repeats``
@@ -109,10 +112,11 @@ from bench.common import Row, box_gauge_ms, median_min_max, print_rows, raise_no
 from bench.e2e.pinned import LOAD_CPU, SERVER_CPU, can_pin, start_pinned
 from bench.wsclient import KINDS, client_frame
 from monotape.histograms import ALL_STAGES, STAGES
-from monotape.loadgen.launch import RunningNode, sum_samples
+from monotape.loadgen.launch import RunningNode, Samples, sum_samples
 from monotape.loadgen.watchlists import zipf_watchlists
 from monotape.metric_names import (
     CONNECTIONS,
+    CPU_WAIT,
     EVENT_LOOP_LAG_MAX,
     FRAME_BOUNDARIES_SKIPPED,
     GC_PAUSE,
@@ -311,6 +315,8 @@ class Outcome:
     gen2_by_process: dict[str, tuple[int, float]] = field(default_factory=dict)  # (n, ms bound)
     split: dict[str, int] = field(default_factory=dict)  # terminals per writer
     box_ms: float = 0.0  # bench.common.box_gauge_ms before the server started (lower: faster)
+    # s/s each process's event loop waited for a core (monotape_cpu_wait_seconds_total)
+    wait_by_process: dict[str, float] = field(default_factory=dict)
 
     def cpu_by_role(self) -> dict[str, float]:
         out: dict[str, float] = {}
@@ -350,6 +356,27 @@ def _scrape(server: RunningNode, log: Callable[[str], None]) -> Any:
 def _cpu(pid: int) -> float:
     c = psutil.Process(pid).cpu_times()
     return float(c.user + c.system)
+
+
+def waits(m0: Samples, m1: Samples, window: float) -> dict[str, float]:
+    """Seconds per second each process's loop was runnable but had no core, from the
+    ``monotape_cpu_wait_seconds_total`` of two /metrics samples (the node's has no ``process``
+    label: "node"; a process that restarted inside the window counts from its start)."""
+    out: dict[str, float] = {}
+    for (name, labels), v in m1.items():
+        if name != CPU_WAIT or window <= 0:
+            continue
+        before = m0.get((name, labels))
+        grew = v - before if before is not None and v >= before else v
+        out[dict(labels).get("process", "node")] = grew / window
+    return out
+
+
+def _most_waiting(o: Outcome) -> str:
+    if not o.wait_by_process:
+        return "not read"
+    name = max(o.wait_by_process, key=lambda n: o.wait_by_process[n])
+    return f"{name} {o.wait_by_process[name]:.2f}"
 
 
 def role_of(name: str) -> str:
@@ -552,6 +579,7 @@ def measure(size: Size, terminals: int, variant: str, log: Any, writers: int = 0
         gen2_by_process=gen2_by_process,
         split=split,
         box_ms=box_ms,
+        wait_by_process=waits(m0, m1, window) if m0 and m1 else {},
     )
     log(
         f"  {variant}: {out.connections:.0f} connected at the window's end "
@@ -563,7 +591,8 @@ def measure(size: Size, terminals: int, variant: str, log: Any, writers: int = 0
         f"gen2 {out.gen2_collections} ({out.gen2_max_ms:.2f} ms max), lag max "
         f"{out.lag_max_ms:.1f} ms, rss {out.rss_mb:.0f} MiB, allocs {out.allocs_per_s:,.0f}/s; "
         f"cores by role {_roles_text(out)}; admitted {out.ticks_per_s:,.0f} ticks/s; "
-        f"box gauge {box_ms:.0f} ms"
+        f"box gauge {box_ms:.0f} ms; waiting for a core (s/s) "
+        + (", ".join(f"{n} {w:.2f}" for n, w in sorted(out.wait_by_process.items())) or "not read")
     )
     return out
 
@@ -857,7 +886,10 @@ def _common(runs: list[Outcome], size: Size) -> str:
         f"window {o.window_s:.0f} s, {SETTLE_S:.0f} s after a {size.ramp_s} s ramp"
         + ("; lag shedding off (no 503 while a loop runs late)" if shedding else "")
         + "; box gauge before each run (ms of one fixed loop, lower is faster; runs far apart "
-        "ran on a faster or slower box) " + " / ".join(f"{r.box_ms:.0f}" for r in runs)
+        "ran on a faster or slower box) "
+        + " / ".join(f"{r.box_ms:.0f}" for r in runs)
+        + "; the process that waited longest for a core (run-queue wait, s per s) "
+        + " / ".join(_most_waiting(r) for r in runs)
     )
 
 
