@@ -8,7 +8,7 @@ refusal raises its ``InvalidStatus`` with the response (a 503's ``Retry-After``)
 the response go to a ``FrameWalk``; the ``TerminalSocket`` answers pings, replies to the
 server's close frame, and from ``start(on_event)`` on calls ``on_event`` for the messages the
 walk reports (the hello may share a read with the 101: it is held until then). A thin driver:
-it holds no session logic (``worker.py`` has that).
+it holds no session logic (``session.py`` has that).
 """
 
 from __future__ import annotations

@@ -129,7 +129,8 @@ async def test_leavers_leave_as_planned_gracefully_or_with_an_rst() -> None:
         except ConnectionClosed as exc:
             closes[int(sub.keys[0].removeprefix("XNAS:S"))] = exc.rcvd
 
-    plans = [SessionPlan(0, 0.0, 1.0, False, 1), SessionPlan(1, 0.0, 1.0, True, 1)]
+    # they leave at 2 s: time enough to subscribe first on a busy box
+    plans = [SessionPlan(0, 0.0, 2.0, False, 1), SessionPlan(1, 0.0, 2.0, True, 1)]
     r = await _replay(handler, plans)
     assert r.graceful == 1 and r.abrupt == 1 and r.errors == 0, r.error_samples
     assert closes[0] is not None and closes[0].code == 1000
