@@ -14,11 +14,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from monotape.loadgen.launch import Samples
+from monotape.metric_names import CPU_WAIT
+
 __all__ = [
     "Row",
     "box_gauge_ms",
+    "cpu_waits",
     "machine_summary",
     "median_min_max",
+    "most_waiting",
     "pin_to_cpu",
     "print_rows",
     "raise_nofile",
@@ -90,6 +95,28 @@ def box_gauge_ms(loops: int = 1_000_000, tries: int = 3) -> float:
             total += i
         best = min(best, time.process_time() - t)
     return best * 1e3
+
+
+def cpu_waits(m0: Samples, m1: Samples, window: float) -> dict[str, float]:
+    """Seconds per second each process's loop was runnable but had no core, from the
+    ``monotape_cpu_wait_seconds_total`` of two /metrics samples (the node's has no ``process``
+    label: "node"; a process that restarted inside the window counts from its start)."""
+    out: dict[str, float] = {}
+    for (name, labels), v in m1.items():
+        if name != CPU_WAIT or window <= 0:
+            continue
+        before = m0.get((name, labels))
+        grew = v - before if before is not None and v >= before else v
+        out[dict(labels).get("process", "node")] = grew / window
+    return out
+
+
+def most_waiting(waits: dict[str, float]) -> str:
+    """The process that waited longest for a core, for a row's note ("not read" without)."""
+    if not waits:
+        return "not read"
+    name = max(waits, key=lambda n: waits[n])
+    return f"{name} {waits[name]:.2f}"
 
 
 def median_min_max(values: Sequence[float]) -> tuple[float, float, float]:

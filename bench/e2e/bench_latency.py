@@ -108,15 +108,23 @@ from typing import Any
 
 import psutil
 
-from bench.common import Row, box_gauge_ms, median_min_max, print_rows, raise_nofile, row
+from bench.common import (
+    Row,
+    box_gauge_ms,
+    cpu_waits,
+    median_min_max,
+    most_waiting,
+    print_rows,
+    raise_nofile,
+    row,
+)
 from bench.e2e.pinned import LOAD_CPU, SERVER_CPU, can_pin, start_pinned
 from bench.wsclient import KINDS, client_frame
 from monotape.histograms import ALL_STAGES, STAGES
-from monotape.loadgen.launch import RunningNode, Samples, sum_samples
+from monotape.loadgen.launch import RunningNode, sum_samples
 from monotape.loadgen.watchlists import zipf_watchlists
 from monotape.metric_names import (
     CONNECTIONS,
-    CPU_WAIT,
     EVENT_LOOP_LAG_MAX,
     FRAME_BOUNDARIES_SKIPPED,
     GC_PAUSE,
@@ -358,25 +366,8 @@ def _cpu(pid: int) -> float:
     return float(c.user + c.system)
 
 
-def waits(m0: Samples, m1: Samples, window: float) -> dict[str, float]:
-    """Seconds per second each process's loop was runnable but had no core, from the
-    ``monotape_cpu_wait_seconds_total`` of two /metrics samples (the node's has no ``process``
-    label: "node"; a process that restarted inside the window counts from its start)."""
-    out: dict[str, float] = {}
-    for (name, labels), v in m1.items():
-        if name != CPU_WAIT or window <= 0:
-            continue
-        before = m0.get((name, labels))
-        grew = v - before if before is not None and v >= before else v
-        out[dict(labels).get("process", "node")] = grew / window
-    return out
-
-
 def _most_waiting(o: Outcome) -> str:
-    if not o.wait_by_process:
-        return "not read"
-    name = max(o.wait_by_process, key=lambda n: o.wait_by_process[n])
-    return f"{name} {o.wait_by_process[name]:.2f}"
+    return most_waiting(o.wait_by_process)
 
 
 def role_of(name: str) -> str:
@@ -579,7 +570,7 @@ def measure(size: Size, terminals: int, variant: str, log: Any, writers: int = 0
         gen2_by_process=gen2_by_process,
         split=split,
         box_ms=box_ms,
-        wait_by_process=waits(m0, m1, window) if m0 and m1 else {},
+        wait_by_process=cpu_waits(m0, m1, window) if m0 and m1 else {},
     )
     log(
         f"  {variant}: {out.connections:.0f} connected at the window's end "

@@ -39,7 +39,10 @@ reads straight off the table.
 Every row's note gives the CPU the load workers and the harness used over the replay (cores:
 their CPU seconds, reaped children included, over its wall time): they are pinned to one core,
 so a figure well under 1 says the host's processes took that core from them, and then the
-storm measures its clients as much as the server.
+storm measures its clients as much as the server. The server's side of the same question: each
+server process's wait for a core over the replay (the delta of its
+``monotape_cpu_wait_seconds_total``, s per s), logged per process, and the longest-waiting one
+per run in the notes.
 
 ``--writers N`` (issue 12) runs the same storm against the multi-process host (``monotape run
 --writers N``, not pinned: its roles spread over both cores and share ``LOAD_CPU`` with the
@@ -57,15 +60,15 @@ import argparse
 import json
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import psutil
 
-from bench.common import Row, median_min_max, print_rows, raise_nofile, row
+from bench.common import Row, cpu_waits, median_min_max, most_waiting, print_rows, raise_nofile, row
 from bench.e2e.pinned import LOAD_CPU, SERVER_CPU, affinity, can_pin, start_pinned
 from monotape.loadgen import LoadConfig, LoadReport, SizeWeight, run_load, storm_trace
-from monotape.loadgen.launch import RunningNode, sum_samples
+from monotape.loadgen.launch import RunningNode, Samples, sum_samples
 from monotape.metric_names import ADMISSION_REJECTED, CONNECTIONS
 
 __all__ = ["run"]
@@ -96,10 +99,9 @@ FULL = Size(terminals=6_000, duration_s=24, open_at_s=2, drain_s=5.0, processes=
 QUICK = Size(terminals=300, duration_s=6, open_at_s=1, drain_s=2.0, processes=1, repeats=1)
 
 
-def _rejected_sums(server: RunningNode) -> dict[str, float]:
+def _rejected_sums(samples: Samples) -> dict[str, float]:
     """The figures compared before and after a storm, summed over the node's processes
     (admission refusals: the rate bucket's only)."""
-    samples = server.metrics()
     return {
         ADMISSION_REJECTED: sum_samples(samples, ADMISSION_REJECTED, reason="rate"),
         CONNECTIONS: sum_samples(samples, CONNECTIONS),
@@ -122,6 +124,8 @@ class Outcome:
     # wall time): next to the one core they are pinned to, it says when the clients, not the
     # server, are what a storm on this box measures
     load_cpu: float = 0.0
+    # s/s each server process's loop waited for a core over the replay (cpu_waits)
+    waits: dict[str, float] = field(default_factory=dict)
 
 
 def _harness_cpu_s() -> float:
@@ -174,7 +178,8 @@ def storm(size: Size, variant: str, env: dict[str, str], log: Any, writers: int 
         writers=writers,  # 0: --writers 0, the node even where the default is a host
     )
     try:
-        before = _rejected_sums(server)
+        m0 = server.metrics()
+        before = _rejected_sums(m0)
         cfg = LoadConfig(
             processes=size.processes,
             admin_url=server.admin_url,
@@ -186,8 +191,11 @@ def storm(size: Size, variant: str, env: dict[str, str], log: Any, writers: int 
         with affinity(LOAD_CPU if pin else None):
             c0, w0 = _harness_cpu_s(), time.monotonic()
             report = run_load(server.url, trace, cfg, progress=None)
-            load_cpu = (_harness_cpu_s() - c0) / max(time.monotonic() - w0, 1e-9)
-        after = _rejected_sums(server)
+            replay_s = max(time.monotonic() - w0, 1e-9)
+            load_cpu = (_harness_cpu_s() - c0) / replay_s
+        m1 = server.metrics()
+        after = _rejected_sums(m1)
+        waits = cpu_waits(m0, m1, replay_s)
         # Every opened session subscribed once; its hydration lands on disk at the next
         # 10 s rotation.
         want = sum(s.opened for s in report.timeline)
@@ -218,13 +226,15 @@ def storm(size: Size, variant: str, env: dict[str, str], log: Any, writers: int 
         pinned=pinned,
         wall_s=time.monotonic() - t0,
         load_cpu=load_cpu,
+        waits=waits,
     )
     r = report
     log(
         f"  {variant}: {r.connected}/{r.scheduled} connected, 503s {r.rejected_503}, "
         f"connect p99 {r.connect_ms.p99:.0f} ms, recovery {r.recovery_s} s, "
         f"hydrate p99 {hydrate.get('p99_us', 0) / 1000:.2f} ms (n={hydrate.get('count')}), "
-        f"errors {r.errors}, load CPU {load_cpu:.2f} cores, {out.wall_s:.0f} s"
+        f"errors {r.errors}, load CPU {load_cpu:.2f} cores, {out.wall_s:.0f} s; waiting for a "
+        "core (s/s) " + (", ".join(f"{n} {w:.2f}" for n, w in sorted(waits.items())) or "not read")
     )
     return out
 
@@ -308,7 +318,8 @@ def _rows(
         f"errors {_runs([float(r.errors) for r in last], '.0f')} (of which cancelled at the "
         f"drain deadline {_runs([float(r.cancelled) for r in last], '.0f')}); server loop lag max "
         f"{_runs([(r.loop_lag_max_s or 0) * 1000 for r in last], '.0f')} ms; load workers + "
-        f"harness CPU {_runs([x.load_cpu for x in runs], '.2f')} cores"
+        f"harness CPU {_runs([x.load_cpu for x in runs], '.2f')} cores; the server process "
+        "that waited longest for a core (s/s) " + " / ".join(most_waiting(x.waits) for x in runs)
     )
     rows.append(
         row(
@@ -423,7 +434,9 @@ def _steady_rows(runs: list[Outcome], size: Size) -> list[Row]:
     w, wlo, whi = median_min_max(waves)
     common = (
         f"{runs[0].pinned}; --rate {RATE:,}; {len(runs)} run(s), alternated on fresh servers; "
-        f"load workers + harness CPU {_runs([x.load_cpu for x in runs], '.2f')} cores"
+        f"load workers + harness CPU {_runs([x.load_cpu for x in runs], '.2f')} cores; the "
+        "server process that waited longest for a core (s/s) "
+        + " / ".join(most_waiting(x.waits) for x in runs)
     )
     return [
         row(

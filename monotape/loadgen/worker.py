@@ -5,9 +5,9 @@ second, connects (no extensions offered, like the terminals; ``ws_terminal.py``:
 Sans-I/O client for the upgrade and what it sends, a frame walk for what it receives), waits
 for the hello, subscribes to its watchlist (one binary ``subscribe``), waits for the first
 FRAME, then stays until its scheduled end and leaves gracefully or with an RST. The messages
-reach ``session.Session.on_event`` from the socket's ``data_received``: no task wakes per message. A
-503 or a failed connect backs off by the SDK's own policy (``sdk.next_delay``: full jitter,
-Retry-After and reconnect hints honoured).
+reach ``session.Session.on_event`` from the socket's ``data_received``: no task wakes per
+message. A 503 or a failed connect backs off by the SDK's own policy (``sdk.next_delay``: full
+jitter, Retry-After and reconnect hints honoured).
 Everything is bounded by the trace's end plus ``drain_s``; every task is finished or cancelled
 and every socket closed before the worker reports.
 """

@@ -17,7 +17,6 @@ from hypothesis import strategies as st
 
 from bench import wsclient
 from bench.e2e import bench_latency
-from monotape import metric_names as m
 from monotape.platform.node.process_metrics import main_thread_schedstat
 from tests.conftest import NO_LAG_SHEDDING
 
@@ -246,31 +245,6 @@ def test_latency_bench_holds_a_tiny_population(monkeypatch: pytest.MonkeyPatch) 
 
 
 # -- the host beside the node (issue 12) ---------------------------------------------------------
-Sample = tuple[tuple[str, tuple[tuple[str, str], ...]], float]
-
-
-def test_waits_per_process_over_the_window() -> None:
-    def wait(process: str | None, v: float) -> Sample:
-        labels = (("process", process),) if process else ()
-        return (m.CPU_WAIT, labels), v
-
-    m0 = dict([wait("writer-0", 10.0), wait("sequencer", 4.0), wait("writer-1", 30.0)])
-    m1 = dict(
-        [
-            wait("writer-0", 13.0),  # 3 s over 10 s
-            wait("sequencer", 4.5),
-            wait("writer-1", 0.8),  # restarted inside the window: from its start
-            wait("handler-A", 1.0),  # not in the first sample
-            ((m.CPU_WAIT + "_created", (("process", "writer-0"),)), 1e9),  # not a wait
-        ]
-    )
-    got = bench_latency.waits(m0, m1, 10.0)
-    assert got == pytest.approx(
-        {"writer-0": 0.3, "sequencer": 0.05, "writer-1": 0.08, "handler-A": 0.1}
-    )
-    assert bench_latency.waits({}, dict([wait(None, 2.0)]), 4.0) == {"node": 0.5}
-
-
 _BOUNDS = (0.0001, 0.001, 0.005, 0.025, 0.1, 1.0, float("inf"))
 
 

@@ -9,6 +9,7 @@ import time
 import pytest
 
 from bench.e2e import bench_storm
+from monotape.platform.node.process_metrics import main_thread_schedstat
 
 
 def _burn(seconds: float) -> None:
@@ -38,3 +39,7 @@ def test_quick_storm_reports_its_load_cpu() -> None:
     assert "load CPU" in log[-1]
     notes = " ".join(r.note for r in bench_storm._steady_rows([o], bench_storm.QUICK))
     assert "load workers + harness CPU" in notes
+    if main_thread_schedstat().exists():  # the node's own wait for a core, over the replay
+        assert set(o.waits) == {"node"} and o.waits["node"] >= 0
+        assert "waited longest for a core (s/s) node" in notes
+        assert "waiting for a core (s/s) node" in log[-1]
