@@ -378,10 +378,10 @@ HEALTH = Dashboard(
         ),
         Panel(
             "CPU wait by process",
-            "Seconds per second each process's event loop was ready to run with no core free "
-            "(Linux run-queue wait). Near 0 on a host with cores to spare (0.04-0.08 idle, "
-            "measured); above 0.25 the box is short of cores and every latency grows with it.",
-            "s",
+            "Share of the time each process's event loop was ready to run with no core free "
+            "(Linux run-queue wait). A few % on a host with cores to spare (4-8% idle, "
+            "measured); above 25% the box is short of cores and every latency grows with it.",
+            "percentunit",
             (Target(Rate(m.CPU_WAIT, by=("process",)), "wait {{process}}"),),
         ),
         Panel(

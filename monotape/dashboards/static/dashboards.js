@@ -38,6 +38,7 @@
       case "bytes": return scaled(v, 1000, ["B", "kB", "MB", "GB", "TB"]);
       case "Bps": return scaled(v, 1000, ["B/s", "kB/s", "MB/s", "GB/s"]);
       case "ops": return short(v) + "/s";
+      case "percentunit": return trim(v * 100) + "%";  // Grafana's unit for a 0-1 share
       default: return short(v);
     }
   }
