@@ -28,6 +28,7 @@ __all__ = [
     "print_rows",
     "raise_nofile",
     "row",
+    "waits_text",
 ]
 
 
@@ -109,6 +110,11 @@ def cpu_waits(m0: Samples, m1: Samples, window: float) -> dict[str, float]:
         grew = v - before if before is not None and v >= before else v
         out[dict(labels).get("process", "node")] = grew / window
     return out
+
+
+def waits_text(waits: dict[str, float]) -> str:
+    """Every process's wait for a core, for a log line ("not read" without)."""
+    return ", ".join(f"{n} {w:.2f}" for n, w in sorted(waits.items())) or "not read"
 
 
 def most_waiting(waits: dict[str, float]) -> str:

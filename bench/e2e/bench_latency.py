@@ -117,6 +117,7 @@ from bench.common import (
     print_rows,
     raise_nofile,
     row,
+    waits_text,
 )
 from bench.e2e.pinned import LOAD_CPU, SERVER_CPU, can_pin, start_pinned
 from bench.wsclient import KINDS, client_frame
@@ -366,10 +367,6 @@ def _cpu(pid: int) -> float:
     return float(c.user + c.system)
 
 
-def _most_waiting(o: Outcome) -> str:
-    return most_waiting(o.wait_by_process)
-
-
 def role_of(name: str) -> str:
     """``writer-1`` -> ``writer``, ``handler-ARCX-A`` -> ``handler``; ``node``, ``host`` as is."""
     return name.split("-", 1)[0]
@@ -582,8 +579,7 @@ def measure(size: Size, terminals: int, variant: str, log: Any, writers: int = 0
         f"gen2 {out.gen2_collections} ({out.gen2_max_ms:.2f} ms max), lag max "
         f"{out.lag_max_ms:.1f} ms, rss {out.rss_mb:.0f} MiB, allocs {out.allocs_per_s:,.0f}/s; "
         f"cores by role {_roles_text(out)}; admitted {out.ticks_per_s:,.0f} ticks/s; "
-        f"box gauge {box_ms:.0f} ms; waiting for a core (s/s) "
-        + (", ".join(f"{n} {w:.2f}" for n, w in sorted(out.wait_by_process.items())) or "not read")
+        f"box gauge {box_ms:.0f} ms; waiting for a core (s/s) {waits_text(out.wait_by_process)}"
     )
     return out
 
@@ -880,7 +876,7 @@ def _common(runs: list[Outcome], size: Size) -> str:
         "ran on a faster or slower box) "
         + " / ".join(f"{r.box_ms:.0f}" for r in runs)
         + "; the process that waited longest for a core (run-queue wait, s per s) "
-        + " / ".join(_most_waiting(r) for r in runs)
+        + " / ".join(most_waiting(r.wait_by_process) for r in runs)
     )
 
 

@@ -17,6 +17,11 @@ variants alternate; each row is the median of ``repeats`` with min-max, and the 
 against websockets' client in the same runs. A client whose core was full is at its limit (a
 larger population would fall behind), and its note says so.
 
+A second pair of rows times the parsing alone, in this process, on the same one-frame read:
+``FrameWalk.feed`` (the kind ignored, as a streaming storm terminal's) against websockets'
+Sans-I/O parser (``ClientProtocol.receive_data`` and ``events_received``: what its asyncio
+client does per read before the queue and the task).
+
     .venv/bin/python -m bench.e2e.bench_load_client [--quick]
 """
 
@@ -37,10 +42,11 @@ from typing import Any
 from bench.common import Row, median_min_max, print_rows, raise_nofile, row
 from bench.e2e.pinned import LOAD_CPU, SERVER_CPU, affinity, can_pin
 
-__all__ = ["VARIANTS", "Size", "measure", "run"]
+__all__ = ["VARIANTS", "Size", "measure", "parse_costs", "parse_rows", "run"]
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = "load client: CPU per message read"
+BENCH_PARSE = "load client: parsing one frame read"
 VARIANTS = ("websockets", "walk", "counting")
 PAYLOAD = bytes([3]) + bytes(300)  # a FRAME's kind byte, then a frame's worth of records
 HZ = 25.0
@@ -56,6 +62,7 @@ class Size:
 
 FULL = Size(terminals=2_000, warm_s=3.0, window_s=8.0, repeats=3)
 QUICK = Size(terminals=200, warm_s=1.5, window_s=3.0, repeats=1)
+PARSE_READS = {False: 200_000, True: 20_000}  # one-frame reads timed per repeat (full, quick)
 
 
 # -- the two processes ------------------------------------------------------------------------
@@ -191,6 +198,55 @@ def measure(size: Size, log: Callable[[str], None] = print) -> dict[str, list[di
     return out
 
 
+def parse_costs(reads: int, repeats: int) -> dict[str, list[float]]:
+    """µs per one-frame read for each parser, ``repeats`` timings alternated, the same bytes."""
+    import timeit
+
+    from websockets.client import ClientProtocol
+    from websockets.protocol import State
+    from websockets.uri import parse_uri
+
+    from monotape.loadgen.frame_walk import FrameWalk
+    from monotape.platform.wire.framing import ws_binary_frame
+
+    frame = ws_binary_frame(PAYLOAD)
+    walk = FrameWalk(bytearray(256))  # every kind IGNORE
+    lib = ClientProtocol(parse_uri("ws://127.0.0.1/"), state=State.OPEN)
+
+    def with_websockets() -> None:
+        lib.receive_data(frame)
+        lib.events_received()
+
+    timed: dict[str, Callable[[], object]] = {
+        "walk": lambda: walk.feed(frame),
+        "websockets": with_websockets,
+    }
+    out: dict[str, list[float]] = {name: [] for name in timed}
+    for i in range(repeats):
+        for name in timed if i % 2 == 0 else reversed(timed):
+            out[name].append(timeit.timeit(timed[name], number=reads) * 1e6 / reads)
+    return out
+
+
+def parse_rows(costs: dict[str, list[float]], reads: int) -> list[Row]:
+    lib, _, _ = median_min_max(costs["websockets"])
+    out = []
+    for name, what in (
+        ("walk", "FrameWalk.feed, the kind ignored"),
+        ("websockets", "ClientProtocol.receive_data + events_received"),
+    ):
+        med, lo, hi = median_min_max(costs[name])
+        note = (
+            f"{what}; a {len(PAYLOAD)}-byte binary frame per read, {reads:,} reads per timing, "
+            f"{len(costs[name])} timing(s) alternated, in this process"
+        )
+        out.append(
+            row(BENCH_PARSE, name, med, "µs", lo=lo, hi=hi, ratio=med / lib, peer="websockets",
+                note=note)
+        )  # fmt: skip
+    return out
+
+
 def _us(r: dict[str, Any]) -> float:
     return float(r["cpu_s"]) * 1e6 / max(1, int(r["messages"]))
 
@@ -206,6 +262,7 @@ def rows_of(runs: dict[str, list[dict[str, Any]]], size: Size) -> list[Row]:
         cores = [r["cpu_s"] / r["wall_s"] for r in rs]
         full = [c > 0.95 for c in cores]
         fell = [f and m < 0.97 * sent for f, m in zip(full, rates, strict=True)]
+        failed = sum(int(r["failed"]) for r in rs)  # the population was smaller by as many
         behind = f"; its core full in {sum(full)} run(s)" + (
             f", reading less than was sent in {sum(fell)}" if any(fell) else ": at its limit"
         )
@@ -216,6 +273,7 @@ def rows_of(runs: dict[str, list[dict[str, Any]]], size: Size) -> list[Row]:
             + " / ".join(f"{c:.2f}" for c in cores)
             + " cores"
             + (behind if any(full) else "")
+            + (f"; connections that failed {failed}" if failed else "")
             + f"; {len(rs)} run(s) alternated; server and client pinned: {rs[0]['pinned']}"
         )  # fmt: skip
         out.append(
@@ -236,7 +294,8 @@ def rows_of(runs: dict[str, list[dict[str, Any]]], size: Size) -> list[Row]:
 
 def run(quick: bool = False) -> list[Row]:
     size = QUICK if quick else FULL
-    return rows_of(measure(size), size)
+    reads = PARSE_READS[quick]
+    return rows_of(measure(size), size) + parse_rows(parse_costs(reads, size.repeats), reads)
 
 
 def main() -> None:

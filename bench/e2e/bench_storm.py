@@ -65,7 +65,16 @@ from typing import Any
 
 import psutil
 
-from bench.common import Row, cpu_waits, median_min_max, most_waiting, print_rows, raise_nofile, row
+from bench.common import (
+    Row,
+    cpu_waits,
+    median_min_max,
+    most_waiting,
+    print_rows,
+    raise_nofile,
+    row,
+    waits_text,
+)
 from bench.e2e.pinned import LOAD_CPU, SERVER_CPU, affinity, can_pin, start_pinned
 from monotape.loadgen import LoadConfig, LoadReport, SizeWeight, run_load, storm_trace
 from monotape.loadgen.launch import RunningNode, Samples, sum_samples
@@ -234,7 +243,7 @@ def storm(size: Size, variant: str, env: dict[str, str], log: Any, writers: int 
         f"connect p99 {r.connect_ms.p99:.0f} ms, recovery {r.recovery_s} s, "
         f"hydrate p99 {hydrate.get('p99_us', 0) / 1000:.2f} ms (n={hydrate.get('count')}), "
         f"errors {r.errors}, load CPU {load_cpu:.2f} cores, {out.wall_s:.0f} s; waiting for a "
-        "core (s/s) " + (", ".join(f"{n} {w:.2f}" for n, w in sorted(waits.items())) or "not read")
+        f"core (s/s) {waits_text(waits)}"
     )
     return out
 

@@ -64,6 +64,7 @@ import numpy as np
 
 from bench.common import Row, median_min_max, pin_to_cpu, raise_nofile, row
 from bench.wsclient import CountingClient, Counts, client_frame
+from monotape.platform.node.process_metrics import parse_schedstat
 
 __all__ = ["Workload", "run"]
 
@@ -759,11 +760,12 @@ def _pin_server() -> None:  # in the forked child, before exec: node's threads i
 
 
 def _schedstat(pid: int) -> tuple[float, float]:
-    """(CPU s, run-queue wait s) of a process's main thread, from /proc/PID/schedstat."""
+    """(CPU s, run-queue wait s) of a process's main thread, from /proc/PID/schedstat (the
+    format's one parser: ``process_metrics.parse_schedstat``)."""
     try:
         with open(f"/proc/{pid}/schedstat", encoding="ascii") as f:
-            run_ns, wait_ns = f.read().split()[:2]
-        return int(run_ns) / 1e9, int(wait_ns) / 1e9
+            run_ns, wait_ns, _ = parse_schedstat(f.read())
+        return run_ns / 1e9, wait_ns / 1e9
     except (OSError, ValueError):
         return 0.0, 0.0
 

@@ -9,9 +9,9 @@ on a handful of messages per session (the hello, the first snapshot or frame, a 
 or CLOSE, the close frame), so this walks the RFC 6455 §5.2 headers, reads the first payload
 byte (the ``codec.Kind``) of each message, and keeps a whole payload only for the kinds the
 caller asks for; everything else is skipped without a copy. Measured (docs/benchmarks.md, "The
-storm's terminals walk their frames", ``bench_load_client``): 0.8 µs a frame; a terminal's
-whole receive at 9.6 µs a message (mostly uvloop's read and the kernel's) against 20 for
-websockets' client.
+storm's terminals walk their frames", ``bench_load_client``): 0.83 µs a one-frame read against
+2.79 for websockets' Sans-I/O parser; a terminal's whole receive at ~10 µs a message (mostly
+uvloop's read and the kernel's) against 20 for websockets' client.
 
 Sans-I/O, as websockets' own ``frames.py``: ``FrameWalk.feed(data)`` returns the events in
 order; the asyncio driver (``ws_terminal.py``) answers pings and closes. What the terminal

@@ -244,8 +244,7 @@ class _Worker:
 
     async def _close(self, ws: TerminalSocket) -> None:
         ws.close()  # the closing handshake; aborted after close_timeout_s
-        with contextlib.suppress(Exception):
-            await asyncio.shield(ws.closed)
+        await ws.closed  # resolved by connection_lost, whichever way the socket ends
 
     async def ticker(self, report: Callable[[tuple[int, ...]], None]) -> None:
         k = 1

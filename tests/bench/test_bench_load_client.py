@@ -18,3 +18,12 @@ def test_every_client_reads_the_broadcast_and_the_rows_compare_them() -> None:
     assert rows[0].ratio == 1.0 and all(r.peer == "websockets" and r.unit == "µs" for r in rows)
     assert all(r.value is not None and r.value > 0 for r in rows)
     assert "20 connections x 25 Hz" in rows[1].note
+
+
+def test_the_parsers_are_timed_on_the_same_read() -> None:
+    costs = b.parse_costs(reads=2_000, repeats=2)
+    assert {k: len(v) for k, v in costs.items()} == {"walk": 2, "websockets": 2}
+    assert all(us > 0 for v in costs.values() for us in v)  # shapes, not speeds
+    rows = b.parse_rows(costs, 2_000)
+    assert [r.variant for r in rows] == ["walk", "websockets"] and rows[1].ratio == 1.0
+    assert "2,000 reads per timing" in rows[0].note

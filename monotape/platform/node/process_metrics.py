@@ -6,8 +6,8 @@ latencies grow, and nothing says whether it was busy or not let run. Linux keeps
 the time it was runnable but waiting on a run queue (``/proc/<pid>/task/<tid>/schedstat``: time
 on a CPU, time waiting, timeslices; ns; the kernel's ``scheduler/sched-stats`` document). The
 collector reads the main thread's (the event loop runs there) at each scrape. Measured in a
-host storm on this project's two-core box: a hydration that used 0.18 ms of its writer's CPU
-(p50; 0.5-0.6 ms p99) took 4.8-5.7 ms of wall time at p99, the rest waiting for a core.
+2,000-terminal host storm on a two-core box: a hydration that used 0.17 ms of its writer's CPU
+(p50; 0.51-0.56 ms p99) took 4.4-4.5 ms of wall time at p99, the rest waiting for a core.
 Where the file is not there (not Linux, a kernel without schedstats) the metric is absent.
 """
 
