@@ -70,7 +70,7 @@ native-sanitize: $(STAMP)
 	rm -rf $(SANITIZE_DIR) && mkdir -p $(SANITIZE_DIR)
 	$(SANITIZE_CC) monotape/platform/server/_sendmany.c -o $(SANITIZE_DIR)/_sendmany.so
 	$(SANITIZE_RUN) SENDMANY_SANITIZED_BUILD=$(SANITIZE_DIR)/_sendmany.so \
-	  $(SANITIZE_PYTEST) tests/server/test_sendmany.py tests/server/test_sendmany_group.py
+	  $(SANITIZE_PYTEST) tests/server/test_sendmany.py tests/server/test_send_table.py
 	$(SANITIZE_CC) monotape/platform/core/_fields.c -o $(SANITIZE_DIR)/_fields.so
 	$(SANITIZE_RUN) FIELDS_SANITIZED_BUILD=$(SANITIZE_DIR)/_fields.so \
 	  $(SANITIZE_PYTEST) tests/core/test_fields.py

@@ -27,6 +27,7 @@ __all__ = [
     "MAX_OFFENDING",
     "Invariant",
     "InvariantResult",
+    "NativeEntries",
     "NoDanglingEntries",
     "SubscriptionBooks",
     "SubscriptionCardinality",
@@ -133,6 +134,33 @@ class SubscriptionCardinality:
                 if len(out) >= MAX_OFFENDING:
                     break
         return out
+
+
+class NativeEntries:
+    """The native writer's table agrees with the connections: no entry is clear (sendable
+    behind its transport's back) for a terminal that is closing, not open, behind or whose
+    transport holds bytes, and no entry outlives its connection (each holds a duplicate of
+    its socket: a leak would keep sockets open).
+
+    ``audit`` returns (count, offenders) (``SendLoop.audit``), or None when the native
+    writer is not running (then there is nothing to disagree: 0). ``expected`` is 0."""
+
+    name = "native_entries"
+
+    def __init__(
+        self,
+        audit: Callable[[], tuple[int, list[str]] | None],
+        *,
+        clock: Clock | None = None,
+    ) -> None:
+        self._audit = audit
+        self._clock: Clock = clock or SystemClock()
+
+    def check(self) -> InvariantResult:
+        started = self._clock.now_ns()
+        found = self._audit()
+        count, offending = found if found is not None else (0, [])
+        return _stamp(self.name, self._clock, started, 0, count, offending)
 
 
 class NoDanglingEntries:

@@ -71,7 +71,9 @@ async def test_admin_endpoints_need_an_admin_token(server_factory: ServerFactory
     assert code == 200 and {r["name"] for r in body["results"]} == {
         "subscription_cardinality",
         "no_dangling_entries",
+        "native_entries",
     }
+    assert all(r["ok"] and r["actual"] == 0 for r in body["results"]), body["results"]
     for stage in STAGES:
         code, body = status(server, f"/admin/latency?stage={stage}&window=1m", admin)
         assert code == 200 and body["stage"] == stage

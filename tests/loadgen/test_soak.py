@@ -36,7 +36,7 @@ INDEXES = (
     "conn_rate",
     "rate_groups",
 )
-INVARIANTS = ("no_dangling_entries", "subscription_cardinality")
+INVARIANTS = ("native_entries", "no_dangling_entries", "subscription_cardinality")
 
 
 def sample(

@@ -20,7 +20,7 @@ MB = 1024 * 1024
 WRITERS = ("writer-0", "writer-1")
 OTHERS = ("sequencer", "handler-A", "handler-B", "venue")
 INDEXES = ("connections", "conn_subscriptions", "signature_members")
-INVARIANTS = ("no_dangling_entries", "subscription_cardinality")
+INVARIANTS = ("native_entries", "no_dangling_entries", "subscription_cardinality")
 
 
 # -- reading a host's /metrics -------------------------------------------------------------------

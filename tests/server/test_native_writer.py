@@ -282,6 +282,21 @@ class Desk:
         self.server.flush_priority()
         self.server.publish_frame(self.seq.take_frame(boundary))
 
+    def entries_agree(self) -> None:
+        """The native writer's table says what the connections say: no entry open to the C
+        loop for a terminal the Python path would not write behind its transport's back, no
+        leaked entry (the production invariant), and each entry's QUEUED flag is exactly
+        whether its transport holds bytes (uvloop's and asyncio's flow control with limits
+        of 0 and 0: pause at the first byte kept, resume at none)."""
+        loop = self.server.writer.sendloop
+        assert loop is not None
+        assert loop.audit() == (0, [])
+        for cid, conn in self.server.connections.items():
+            if conn.table is None or conn.transport.is_closing():
+                continue
+            queued = bool(loop.table.flags(conn.handle) & sendmany.FLAG_QUEUED)
+            assert queued == bool(conn.transport.get_write_buffer_size()), cid
+
     def conn_of_newest(self) -> int:
         return max(self.server.connections)
 
@@ -401,12 +416,15 @@ async def _partial_run() -> tuple[int, int]:
             term.transport.pause_reading()  # stops reading: its receive buffer fills
         for _ in range(100):
             desk.step(share=0.9)
+            desk.entries_agree()
             await asyncio.sleep(0.002)
+            desk.entries_agree()
         for term in slow:
             assert term.transport is not None
             term.transport.resume_reading()
         for _ in range(2000):  # reading again: the rest, the ring, a gap's snapshot
             desk.step()
+            desk.entries_agree()
             await asyncio.sleep(0.01)
             if drained():
                 break

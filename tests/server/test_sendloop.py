@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from monotape.clock import FakeClock
 from monotape.config import ServerConfig
+from monotape.invariants import NativeEntries
 from monotape.platform.core.conflation import Frame, FrameRecord
 from monotape.platform.core.disconnect import Disconnect
 from monotape.platform.core.sequencer import Sequencer
@@ -27,9 +28,15 @@ from monotape.platform.feeds.simulator import build_universe
 from monotape.platform.model import Tick
 from monotape.platform.server.connection import Connection
 from monotape.platform.server.endpoint import FanoutServer
-from monotape.platform.server.sendmany import Payload, SendMany, Shortfall, group_via
+from monotape.platform.server.sendmany import (
+    FLAG_CLOSING,
+    Payload,
+    PySendTable,
+    SendMany,
+    Shortfall,
+)
 from monotape.platform.wire import codec
-from tests.server.fakes import fake_ws
+from tests.server.fakes import native_ws
 from tests.server.test_native_writer import check_stream
 
 HIGH_WATER = 4096
@@ -44,6 +51,7 @@ class Socket:
         self.buffer = bytearray()
         self.refuse = 0  # an errno every send meets (a vanished peer)
         self.transport_error = False  # the transport's own write raises (write-after-eof)
+        self.transport: Transport | None = None
 
     def take(self, data: bytes) -> int:
         n = min(self.room, len(data))
@@ -57,6 +65,8 @@ class Socket:
         if self.buffer:
             taken = self.take(bytes(self.buffer))
             del self.buffer[:taken]
+            if not self.buffer and self.transport is not None:
+                self.transport.drained()
 
 
 class Transport(asyncio.Transport):
@@ -66,6 +76,16 @@ class Transport(asyncio.Transport):
     def __init__(self, sock: Socket) -> None:
         super().__init__()
         self.sock = sock
+        sock.transport = self
+        self.mirror: Any = None  # told when the buffer starts and stops holding bytes
+
+    def track(self, mirror: Any) -> None:
+        """websockets' side of ``track_queued``: flow control with limits of 0 and 0."""
+        self.mirror = mirror
+
+    def drained(self) -> None:
+        if self.mirror is not None:
+            self.mirror.set_queued(False)
 
     def write(self, data: bytes | bytearray | memoryview[Any]) -> None:
         data = bytes(data)  # the rest of a partial send comes as a slice
@@ -75,6 +95,8 @@ class Transport(asyncio.Transport):
             return  # a real transport fails on its own, later (connection_lost)
         if not self.sock.buffer:
             data = data[self.sock.take(data) :]
+            if data and self.mirror is not None:
+                self.mirror.set_queued(True)  # pause_writing: the first byte it keeps
         self.sock.buffer += data
 
     def get_write_buffer_size(self) -> int:
@@ -123,14 +145,17 @@ def _server(
     sockets: dict[int, Socket] = {}
     for cid, (room, iids) in enumerate(zip(rooms, subs, strict=True), start=1):
         sock = sockets[cid] = Socket(room)
-        ws = fake_ws(Transport(sock), ("127.0.0.1", cid))
+        transport = Transport(sock)
+        ws = native_ws(transport, transport.track, ("127.0.0.1", cid))
         conn = Connection(cid, ws, outbox_frames=8, high_water=HIGH_WATER, opened_ns=0)
         conn.fd = cid if native else -1
         server.terminals.admit(conn)
         server.index.subscribe(cid, iids)
         server.index.set_priority(cid, iids[:1], True)
     if native:
-        server.writer.sendloop = server.writer.send_loop(send_many(sockets))
+        model = send_many(sockets)
+        table = PySendTable(model, own_fds=False)  # the model's fds are not the kernel's
+        server.writer.sendloop = server.writer.send_loop(model, table)
     return server, [sockets[c] for c in sorted(sockets)]
 
 
@@ -345,9 +370,15 @@ def _churn(native: bool) -> tuple[list[bytes], int]:
     server.publish_frame(_frame(3, [1], 3))
     reused = int(loop is not None and loop._groups[sig][1] is held)
     extra = Socket(1 << 20)
+    transport = Transport(extra)
+    if loop is not None:  # the model's sockets now include the newcomer's
+        loop.table = PySendTable(
+            model_send_many({**dict(enumerate(socks, 1)), 4: extra}), own_fds=False
+        )
+        server.terminals.use_table(loop.table)
     conn = Connection(
         4,
-        fake_ws(Transport(extra), ("127.0.0.1", 4)),
+        native_ws(transport, transport.track, ("127.0.0.1", 4)),
         outbox_frames=8,
         high_water=HIGH_WATER,
         opened_ns=0,
@@ -355,8 +386,6 @@ def _churn(native: bool) -> tuple[list[bytes], int]:
     conn.fd = 4 if native else -1
     server.terminals.admit(conn)
     server.index.subscribe(4, [1, 2])  # joins the signature
-    if loop is not None:
-        loop.send_group = group_via(model_send_many({**dict(enumerate(socks, 1)), 4: extra}))
     server.publish_frame(_frame(4, [1, 2], 4))
     server.index.unsubscribe(2, [2])  # leaves it for another
     server.publish_frame(_frame(5, [1, 2], 5))
@@ -374,3 +403,33 @@ def test_joins_set_changes_and_teardowns_between_frames_keep_the_python_paths_by
     assert native[2] and native[3]  # the one that left got frames before; the one that joined
     for stream in native:
         check_stream(stream, bases=False)
+
+
+def test_the_audit_names_an_entry_a_skipped_flag_left_open_and_a_leaked_one() -> None:
+    """``native_entries``: a clear entry for a terminal the Python path would not write behind
+    its transport's back (a flag change that bypassed its setter), and an entry no connection
+    holds, are counted and named; the table as the connections keep it audits clean."""
+    server, socks = _server(True, [1 << 20] * 3, [[1, 2]] * 3)
+    loop = server.writer.sendloop
+    assert loop is not None
+    check = NativeEntries(server.writer.audit)
+    assert loop.audit() == (0, []) and check.check().ok
+    conns = server.terminals.connections
+    conns[1].closing = True  # through the property: the entry follows
+    server.terminals.behind.add(2)  # through the BehindSet: the entry follows
+    socks[2].room = 0
+    conns[3].transport.write(b"\x82\x01x")  # the transport keeps it: QUEUED via its flow
+    assert loop.audit() == (0, [])
+    loop.table.set(conns[1].handle, FLAG_CLOSING, False)  # as a change past the setter leaves it
+    assert loop.audit() == (1, ["conn:1"])
+    loop.table.add(99, 0)  # an entry no connection holds
+    count, offending = loop.audit()
+    assert count == 2 and offending == ["conn:1", "leaked:1"]
+    result = check.check()
+    assert not result.ok and (result.expected, result.actual) == (0, 2)
+
+
+def test_the_audit_has_nothing_to_say_without_the_native_writer() -> None:
+    server, _ = _server(False, [1 << 20], [[1]])
+    assert server.writer.sendloop is None and server.writer.audit() is None
+    assert NativeEntries(server.writer.audit).check().ok

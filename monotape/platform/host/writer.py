@@ -35,7 +35,12 @@ from monotape.clock import Clock, SystemClock
 from monotape.config import Config, ServerConfig
 from monotape.histograms import IntervalLogWriter, Recorders
 from monotape.histograms.gc import GcMonitor
-from monotape.invariants import InvariantMonitor, NoDanglingEntries, SubscriptionCardinality
+from monotape.invariants import (
+    InvariantMonitor,
+    NativeEntries,
+    NoDanglingEntries,
+    SubscriptionCardinality,
+)
 from monotape.log import log_event
 from monotape.platform.auth import TokenVerifier, build_verifier
 from monotape.platform.core.stamps import StageStamps
@@ -155,6 +160,7 @@ class WriterRole:
             [
                 SubscriptionCardinality(index, clock=self.clock),
                 NoDanglingEntries(index, lambda: self.server.connections, clock=self.clock),
+                NativeEntries(self.server.writer.audit, clock=self.clock),
             ],
             interval_s=srv.invariant_interval_s,
             clock=self.clock,

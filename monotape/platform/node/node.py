@@ -26,7 +26,12 @@ from monotape.dashboards.panels import sampled_names
 from monotape.dashboards.sampler import SampleRing, sample_registry
 from monotape.histograms import IntervalLogWriter, Percentiles, Recorders
 from monotape.histograms.gc import GcMonitor
-from monotape.invariants import InvariantMonitor, NoDanglingEntries, SubscriptionCardinality
+from monotape.invariants import (
+    InvariantMonitor,
+    NativeEntries,
+    NoDanglingEntries,
+    SubscriptionCardinality,
+)
 from monotape.log import log_event
 from monotape.platform.auth import TokenVerifier, build_verifier
 from monotape.platform.bus.memory import InProcessBus, TickBus
@@ -151,6 +156,7 @@ class Node:
                 NoDanglingEntries(
                     self.server.index, lambda: self.server.connections, clock=self.clock
                 ),
+                NativeEntries(self.server.writer.audit, clock=self.clock),
             ],
             interval_s=cfg.server.invariant_interval_s,
             clock=self.clock,

@@ -26,13 +26,18 @@
  * under the loop. The caller must not close a descriptor of the list from another thread
  * during the call (the usual rule for any fd handed to a system call).
  *
- * The pure-Python twin with the same behaviour is monotape/platform/server/sendmany.py.
+ * SendTable (below) is the writer's frame path: its terminals as C entries (fd, flags, counts),
+ * one send() per entry of a payload group whose flags are clear.
+ *
+ * The pure-Python twins with the same behaviour are in monotape/platform/server/sendmany.py.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
-#include <structmember.h> /* T_OBJECT_EX, READONLY (3.11) */
 
 #include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <unistd.h>
 #include <limits.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -262,487 +267,322 @@ done:
     return result;
 }
 
-/* send_group: the writer's frame path (server/sendloop.py). Per connection object, with the GIL:
-   is it eligible for a send behind its transport's back (the same test as the Python loop:
-   conn.closing is False, the protocol's state is OPEN (conn.protocol_state, its mirror; None:
-   conn.protocol.state), conn.conn_id not in behind, conn.fd >= 0,
-   transport.get_write_buffer_size() == 0, not transport.is_closing())? Then, GIL released, one
-   non-blocking send per eligible socket; then, with the GIL, frames_sent += 1 and
-   bytes_sent += len(payload) on each connection the kernel took bytes from or that would
-   block (its rest goes to the transport: Python counts it back if that write fails), counted
-   in the eligibility pass and taken back for a refused send (both counters or neither). Once
-   the sends ran the report always comes back: an error while counting back is reported as
-   unraisable, not raised, since a partial send's rest must reach its transport (else its
-   WebSocket frame stays truncated); only a MemoryError building the report itself is raised,
-   after the connections that fell short were cut (closing = True, transport.abort()). The
-   connections counted on are held by reference until the end, so a list that an attribute's
-   own Python edits can neither free one under us nor point the count-back at another. Only the
-   exceptions come back, so a group where every terminal took the bytes costs Python nothing
-   per terminal: (i, 0, -1) not eligible (Python takes its ordered path), else as send_many. */
-static PyObject *s_closing, *s_protocol_state, *s_protocol, *s_state, *s_private_state;
-static PyObject *s_conn_id, *s_fd;
-static PyObject *s_transport;
-static PyObject *s_get_write_buffer_size, *s_is_closing, *s_frames_sent, *s_bytes_sent, *s_one;
-static PyObject *s_minus_one, *s_abort;
-
+/* The errno of a SendTable.send shortfall that was not sent (a removed handle or a flag set):
+   the writer's ordered Python path takes that terminal. */
 #define NOT_ELIGIBLE (-1)
-#define SHORT (-1) /* an fd slot after the sends: that connection fell short */
 
-/* The pending exception, put aside while cleanup runs Python code, then put back. */
+/* SendTable: the writer's terminals as C entries, so a frame's pass touches no Python object.
+
+   Why: the pass this replaced (send_group, over the connection objects) read each connection,
+   its slots, its fd's int and its transport (two method calls) and counted on Python ints, all
+   cold by the time a frame reached them: at 4,200 terminals ~1.8 us per frame above the
+   kernel's send, where the target leaves ~0.6 (docs/benchmarks.md, issue 13). Here each
+   terminal is one 32-byte entry: the table's own duplicate of its socket, a generation, the
+   reasons it may not be sent to behind its transport's back (flags, kept by Python on every
+   change: server/connection.py), and its frame and byte counts. A payload group is an int64
+   array of handles (generation << 32 | slot), so a send reads that array and the entries.
+
+   The duplicate is what makes a stale entry harmless: while the entry lives the fd number stays
+   ours, so the kernel cannot hand it to a newer connection even after the transport closed its
+   own (the transport's close releases the socket only once the entry goes too, at the
+   connection's teardown). A removed entry's generation moves on, so a group built before the
+   removal meets a stale handle and reports it not eligible, never another terminal's socket.
+
+   One thread: add and remove refuse to run while a send (GIL released) is in progress. */
+#define FLAG_CLOSING 1u
+#define FLAG_NOT_OPEN 2u
+#define FLAG_BEHIND 4u
+#define FLAG_QUEUED 8u
+#define ALL_FLAGS (FLAG_CLOSING | FLAG_NOT_OPEN | FLAG_BEHIND | FLAG_QUEUED)
+#define MAX_SLOTS (1u << 30)
+
 typedef struct {
-    PyObject *type, *value, *tb;
-} saved_error;
+    int fd; /* the table's duplicate; -1: a free slot */
+    uint32_t gen;
+    uint32_t flags;
+    uint32_t pad_;
+    int64_t frames;
+    int64_t bytes;
+} entry;
 
-static saved_error
-save_error(void)
+typedef struct {
+    PyObject_HEAD
+    entry *slots;
+    uint32_t *free_slots; /* a stack of free slot numbers */
+    uint32_t cap, used, nfree, live;
+    int sending;
+} SendTable;
+
+static entry *
+entry_of(SendTable *t, long long handle)
 {
-    saved_error e = {NULL, NULL, NULL};
-#if PY_VERSION_HEX >= 0x030C0000
-    e.value = PyErr_GetRaisedException();
-#else
-    PyErr_Fetch(&e.type, &e.value, &e.tb);
-#endif
+    if (handle < 0) {
+        return NULL;
+    }
+    uint32_t slot = (uint32_t)(handle & 0xffffffffLL);
+    uint32_t gen = (uint32_t)((unsigned long long)handle >> 32);
+    if (slot >= t->used) {
+        return NULL;
+    }
+    entry *e = &t->slots[slot];
+    return e->fd >= 0 && e->gen == gen ? e : NULL;
+}
+
+static entry *
+live_entry(SendTable *t, PyObject *arg)
+{
+    long long handle = PyLong_AsLongLong(arg);
+    if (handle == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    entry *e = entry_of(t, handle);
+    if (e == NULL) {
+        PyErr_Format(PyExc_KeyError, "no terminal with handle %lld", handle);
+    }
     return e;
 }
 
-static void
-restore_error(saved_error e)
-{
-#if PY_VERSION_HEX >= 0x030C0000
-    PyErr_SetRaisedException(e.value);
-#else
-    PyErr_Restore(e.type, e.value, e.tb);
-#endif
-}
-
-/* The connection's own attributes read at their slot offsets. Profiled at 4,200 terminals
-   (perf on bench_fanout's server, 2026-12-01): the attribute machinery around each read
-   (_PyObject_GenericGetAttrWithDict, PyMember_GetOne, the type's dict) was ~13% of the server's
-   CPU, the largest cost outside the kernel's send path. A type qualifies when every name below
-   is a writable __slots__ member (T_OBJECT_EX) found by the type's own lookup and the type keeps
-   the generic getattr/setattr: then a read of the slot is exactly what `conn.name` does. The
-   map is keyed by the type (held) and its version tag, which any change to the type or its bases
-   (a class attribute set, a descriptor added) replaces, so a changed type is looked up afresh.
-   An empty slot (AttributeError) and any other object take the generic path. */
-enum {
-    F_CLOSING,
-    F_PROTOCOL_STATE,
-    F_PROTOCOL,
-    F_CONN_ID,
-    F_FD,
-    F_TRANSPORT,
-    F_FRAMES_SENT,
-    F_BYTES_SENT,
-    F_COUNT
-};
-
-typedef struct {
-    PyTypeObject *type; /* strong reference; NULL: none mapped yet */
-    unsigned int version;
-    Py_ssize_t offset[F_COUNT];
-} slot_map;
-
-static slot_map the_map;
-static PyObject **field_names[F_COUNT] = {
-    &s_closing,   &s_protocol_state, &s_protocol,    &s_conn_id,
-    &s_fd,        &s_transport,      &s_frames_sent, &s_bytes_sent,
-};
-
-/* The map for conn's type, or NULL when it does not qualify (no exception either way). */
-static const slot_map *
-map_for(PyObject *conn)
-{
-    PyTypeObject *type = Py_TYPE(conn);
-    if (the_map.type == type && the_map.version == type->tp_version_tag && the_map.version != 0) {
-        return &the_map;
-    }
-    if (type->tp_getattro != PyObject_GenericGetAttr ||
-        type->tp_setattro != PyObject_GenericSetAttr) {
-        return NULL;
-    }
-    Py_ssize_t offset[F_COUNT];
-    for (int f = 0; f < F_COUNT; f++) {
-        PyObject *d = _PyType_Lookup(type, *field_names[f]); /* borrowed; no exception set */
-        if (d == NULL || !Py_IS_TYPE(d, &PyMemberDescr_Type)) {
-            return NULL;
-        }
-        /* The descriptor must be one of this type's own slots (or a base's): a class can bind
-           another class's member descriptor under its own name, which Python refuses
-           ("doesn't apply to a ... object") and an offset read here would read and write
-           outside the object. */
-        if (!PyType_IsSubtype(type, PyDescr_TYPE(d))) {
-            return NULL;
-        }
-        PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
-        if (m->type != T_OBJECT_EX || (m->flags & READONLY) || m->offset <= 0 ||
-            (size_t)m->offset + sizeof(PyObject *) > (size_t)type->tp_basicsize) {
-            return NULL;
-        }
-        offset[f] = m->offset;
-    }
-    /* The lookups gave the type a version tag (0: none could be assigned: never cached). */
-    if (type->tp_version_tag == 0) {
-        return NULL;
-    }
-    Py_INCREF(type);
-    Py_XSETREF(the_map.type, type);
-    the_map.version = type->tp_version_tag;
-    memcpy(the_map.offset, offset, sizeof(offset));
-    return &the_map;
-}
-
-/* The map still describes conn (an attribute's own Python may have changed the type). */
-static inline int
-map_holds(const slot_map *m, PyObject *conn)
-{
-    return m != NULL && Py_TYPE(conn) == m->type && m->version == m->type->tp_version_tag;
-}
-
-static inline PyObject **
-slot_of(const slot_map *m, PyObject *conn, int f)
-{
-    return (PyObject **)((char *)conn + m->offset[f]);
-}
-
-/* conn.<field> as a new reference: the slot when mapped and set, else the attribute machinery
-   (which raises the AttributeError of an empty slot, or runs another object's own lookup). */
-static inline PyObject *
-get_field(PyObject *conn, const slot_map *m, int f)
-{
-    if (map_holds(m, conn)) {
-        PyObject *v = *slot_of(m, conn, f);
-        if (v != NULL) {
-            return Py_NewRef(v);
-        }
-    }
-    return PyObject_GetAttr(conn, *field_names[f]);
-}
-
-/* conn.<field> = value (a new reference, stolen), as member_set would for a mapped type. */
-static inline int
-set_field(PyObject *conn, const slot_map *m, int f, PyObject *value)
-{
-    if (map_holds(m, conn)) {
-        Py_XSETREF(*slot_of(m, conn, f), value);
-        return 0;
-    }
-    int r = PyObject_SetAttr(conn, *field_names[f], value);
-    Py_DECREF(value);
-    return r;
-}
-
-/* conn.protocol.state as a new reference, or NULL with an exception set. websockets'
-   Protocol.state is a property returning self._state: read the attribute (~20 ns) rather than
-   call the property (~150 ns); another protocol object without it is asked for its state. */
-static PyObject *
-protocol_state(PyObject *conn, const slot_map *m)
-{
-    PyObject *protocol = get_field(conn, m, F_PROTOCOL);
-    if (protocol == NULL) {
-        return NULL;
-    }
-    PyObject *v = PyObject_GetAttr(protocol, s_private_state);
-    if (v == NULL && PyErr_ExceptionMatches(PyExc_AttributeError)) {
-        PyErr_Clear();
-        v = PyObject_GetAttr(protocol, s_state);
-    }
-    Py_DECREF(protocol);
-    return v;
-}
-
-/* 1: eligible (its fd in *fd), 0: not, -1: an exception (set). */
 static int
-eligible(PyObject *conn, const slot_map *m, PyObject *behind, PyObject *open_state, int *fd)
+not_busy(SendTable *t)
 {
-    PyObject *v = get_field(conn, m, F_CLOSING);
-    if (v == NULL) {
+    if (t->sending) {
+        PyErr_SetString(PyExc_RuntimeError, "a send is in progress on this table");
         return -1;
     }
-    int bad = v != Py_False;
-    Py_DECREF(v);
-    if (bad) {
-        return 0;
-    }
-    /* The protocol's state as the connection mirrors it (TerminalProtocol's setter keeps
-       conn.protocol_state on every change): a read of the object we hold. Reading it from the
-       protocol instead meant its object, its dict and the dict's keys, all cold by the time a
-       frame reaches the connection (perf, bench_fanout's server at 4,200 terminals, 2026-12-02:
-       this test's share of the process went from 12.9% to 6.3% with the mirror). None, or no
-       such attribute (another object), asks the protocol. */
-    v = get_field(conn, m, F_PROTOCOL_STATE);
-    if (v == NULL) {
-        if (!PyErr_ExceptionMatches(PyExc_AttributeError)) {
-            return -1;
-        }
-        PyErr_Clear();
-    } else if (v == Py_None) {
-        Py_CLEAR(v);
-    }
-    if (v == NULL) {
-        v = protocol_state(conn, m);
-        if (v == NULL) {
-            return -1;
-        }
-    }
-    bad = v != open_state;
-    Py_DECREF(v);
-    if (bad) {
-        return 0;
-    }
-    if (PySet_GET_SIZE(behind) != 0) { /* the common case: nobody is behind */
-        v = get_field(conn, m, F_CONN_ID);
-        if (v == NULL) {
-            return -1;
-        }
-        int in_behind = PySet_Contains(behind, v);
-        Py_DECREF(v);
-        if (in_behind != 0) {
-            return in_behind < 0 ? -1 : 0;
-        }
-    }
-    v = get_field(conn, m, F_FD);
-    if (v == NULL) {
-        return -1;
-    }
-    long n = PyLong_AsLong(v);
-    Py_DECREF(v);
-    if (n == -1 && PyErr_Occurred()) {
-        return -1;
-    }
-    if (n < 0 || n > INT_MAX) {
-        return 0;
-    }
-    *fd = (int)n;
-    PyObject *transport = get_field(conn, m, F_TRANSPORT);
-    if (transport == NULL) {
-        return -1;
-    }
-    v = PyObject_CallMethodNoArgs(transport, s_get_write_buffer_size);
-    if (v == NULL) {
-        Py_DECREF(transport);
-        return -1;
-    }
-    long queued = PyLong_AsLong(v);
-    Py_DECREF(v);
-    if (queued == -1 && PyErr_Occurred()) {
-        Py_DECREF(transport);
-        return -1;
-    }
-    if (queued != 0) {
-        Py_DECREF(transport);
-        return 0;
-    }
-    v = PyObject_CallMethodNoArgs(transport, s_is_closing);
-    Py_DECREF(transport);
-    if (v == NULL) {
-        return -1;
-    }
-    int closing = PyObject_IsTrue(v);
-    Py_DECREF(v);
-    return closing < 0 ? -1 : !closing;
-}
-
-static int
-add_to(PyObject *conn, int f, PyObject *amount)
-{
-    const slot_map *m = map_for(conn);
-    PyObject *v = get_field(conn, m, f);
-    if (v == NULL) {
-        return -1;
-    }
-    PyObject *sum = PyNumber_Add(v, amount);
-    Py_DECREF(v);
-    if (sum == NULL) {
-        return -1;
-    }
-    return set_field(conn, m, f, sum);
-}
-
-/* Count one frame of `size` bytes on conn (sign +1) or take it back (sign -1), both counters or
-   neither: a bytes_sent that fails after frames_sent took its step takes that step back. */
-static int
-count_frame(PyObject *conn, int sign, PyObject *size_obj, PyObject *minus_size)
-{
-    PyObject *frames = sign > 0 ? s_one : s_minus_one;
-    if (add_to(conn, F_FRAMES_SENT, frames) < 0) {
-        return -1;
-    }
-    if (add_to(conn, F_BYTES_SENT, sign > 0 ? size_obj : minus_size) == 0) {
-        return 0;
-    }
-    saved_error saved = save_error();
-    if (add_to(conn, F_FRAMES_SENT, sign > 0 ? s_minus_one : s_one) < 0) {
-        PyErr_WriteUnraisable(conn); /* a second failure: the counter stays off by one */
-    }
-    restore_error(saved);
-    return -1;
-}
-
-/* A connection whose short send cannot be reported: mark it closing and abort its transport
-   (connection_lost tears it down) rather than leave a truncated frame on its stream. Errors are
-   swallowed: this runs only while a MemoryError is on its way to the caller. */
-static void
-cut(PyObject *conn)
-{
-    if (PyObject_SetAttr(conn, s_closing, Py_True) < 0) {
-        PyErr_Clear();
-    }
-    PyObject *transport = PyObject_GetAttr(conn, s_transport);
-    if (transport == NULL) {
-        PyErr_Clear();
-        return;
-    }
-    PyObject *r = PyObject_CallMethodNoArgs(transport, s_abort);
-    Py_DECREF(transport);
-    if (r == NULL) {
-        PyErr_Clear();
-    }
-    Py_XDECREF(r);
-}
-
-/* Each connection's objects are cold by the time a frame reaches it (the kernel's send path in
-   between evicts them), so the pass waits on memory per attribute. Ask for them ahead: the
-   connection PREFETCH_FAR items on, and the fd's int and the transport of the one PREFETCH_NEAR
-   on (its slots asked for earlier, so reading them no longer waits). The protocol is not read
-   at all while its state is mirrored on the connection. Only a hint: a wrong address costs
-   nothing but the hint, and items of another type are skipped. */
-#define PREFETCH_FAR 8
-#define PREFETCH_NEAR 4
-#if defined(__GNUC__) || defined(__clang__)
-#define PREFETCH(p) __builtin_prefetch((const void *)(p))
-#else
-#define PREFETCH(p) ((void)(p))
-#endif
-
-static inline void
-prefetch_ahead(PyObject *seq, Py_ssize_t i, Py_ssize_t n, const slot_map *m)
-{
-    if (i + PREFETCH_FAR < n) {
-        PyObject *far = PySequence_Fast_GET_ITEM(seq, i + PREFETCH_FAR);
-        PREFETCH(far);
-        PREFETCH((const char *)far + 64);
-    }
-    if (i + PREFETCH_NEAR < n) {
-        PyObject *near = PySequence_Fast_GET_ITEM(seq, i + PREFETCH_NEAR);
-        if (Py_TYPE(near) == m->type) {
-            PyObject *fd = *slot_of(m, near, F_FD); /* an int object of its own past 256 */
-            PyObject *transport = *slot_of(m, near, F_TRANSPORT);
-            if (fd != NULL) {
-                PREFETCH(fd);
-            }
-            if (transport != NULL) {
-                PREFETCH(transport);
-                PREFETCH((const char *)transport + 64);
-            }
-        }
-    }
+    return 0;
 }
 
 static PyObject *
-send_group(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+table_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-    PyObject *seq = NULL;
+    if (PyTuple_GET_SIZE(args) != 0 || (kwds != NULL && PyDict_GET_SIZE(kwds) != 0)) {
+        PyErr_SetString(PyExc_TypeError, "SendTable() takes no arguments");
+        return NULL;
+    }
+    SendTable *t = (SendTable *)type->tp_alloc(type, 0);
+    return (PyObject *)t; /* every field zero: no slots yet */
+}
+
+static void
+table_dealloc(SendTable *t)
+{
+    for (uint32_t s = 0; s < t->used; s++) {
+        if (t->slots[s].fd >= 0) {
+            close(t->slots[s].fd);
+        }
+    }
+    PyMem_Free(t->slots);
+    PyMem_Free(t->free_slots);
+    Py_TYPE(t)->tp_free((PyObject *)t);
+}
+
+static PyObject *
+table_add(SendTable *t, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_Format(PyExc_TypeError, "add() takes exactly 2 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    if (not_busy(t) < 0) {
+        return NULL;
+    }
+    long fd = PyLong_AsLong(args[0]);
+    if (fd == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (fd < 0 || fd > INT_MAX) {
+        PyErr_SetString(PyExc_ValueError, "file descriptor out of range");
+        return NULL;
+    }
+    unsigned long flags = PyLong_AsUnsignedLong(args[1]);
+    if (flags == (unsigned long)-1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (flags & ~(unsigned long)ALL_FLAGS) {
+        PyErr_SetString(PyExc_ValueError, "unknown flag bits");
+        return NULL;
+    }
+    uint32_t slot;
+    if (t->nfree == 0 && t->used == t->cap) {
+        if (t->cap >= MAX_SLOTS) {
+            PyErr_SetString(PyExc_OverflowError, "send table full");
+            return NULL;
+        }
+        uint32_t cap = t->cap ? t->cap * 2 : 64;
+        entry *slots = PyMem_Realloc(t->slots, (size_t)cap * sizeof(entry));
+        if (slots == NULL) {
+            return PyErr_NoMemory();
+        }
+        t->slots = slots;
+        uint32_t *free_slots = PyMem_Realloc(t->free_slots, (size_t)cap * sizeof(uint32_t));
+        if (free_slots == NULL) {
+            return PyErr_NoMemory();
+        }
+        t->free_slots = free_slots;
+        t->cap = cap;
+    }
+    int dup = fcntl((int)fd, F_DUPFD_CLOEXEC, 0);
+    if (dup < 0) {
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    if (t->nfree) {
+        slot = t->free_slots[--t->nfree];
+    } else {
+        slot = t->used++;
+        t->slots[slot].gen = 1;
+    }
+    entry *e = &t->slots[slot];
+    e->fd = dup;
+    e->flags = (uint32_t)flags;
+    e->frames = 0;
+    e->bytes = 0;
+    t->live++;
+    return PyLong_FromLongLong(((long long)e->gen << 32) | (long long)slot);
+}
+
+static PyObject *
+table_remove(SendTable *t, PyObject *arg)
+{
+    if (not_busy(t) < 0) {
+        return NULL;
+    }
+    entry *e = live_entry(t, arg);
+    if (e == NULL) {
+        return NULL;
+    }
+    PyObject *counts = Py_BuildValue("(LL)", (long long)e->frames, (long long)e->bytes);
+    if (counts == NULL) {
+        return NULL;
+    }
+    close(e->fd);
+    e->fd = -1;
+    e->gen = e->gen == UINT32_MAX >> 1 ? 1 : e->gen + 1; /* handles stay positive int64s */
+    t->free_slots[t->nfree++] = (uint32_t)(e - t->slots);
+    t->live--;
+    return counts;
+}
+
+static PyObject *
+table_set(SendTable *t, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_Format(PyExc_TypeError, "set() takes exactly 3 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    long long handle = PyLong_AsLongLong(args[0]);
+    if (handle == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    unsigned long bits = PyLong_AsUnsignedLong(args[1]);
+    if (bits == (unsigned long)-1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (bits & ~(unsigned long)ALL_FLAGS) {
+        PyErr_SetString(PyExc_ValueError, "unknown flag bits");
+        return NULL;
+    }
+    int on = PyObject_IsTrue(args[2]);
+    if (on < 0) {
+        return NULL;
+    }
+    entry *e = entry_of(t, handle);
+    if (e == NULL) { /* a terminal already removed: nothing to keep */
+        Py_RETURN_FALSE;
+    }
+    e->flags = on ? e->flags | (uint32_t)bits : e->flags & ~(uint32_t)bits;
+    Py_RETURN_TRUE;
+}
+
+static PyObject *
+table_counts(SendTable *t, PyObject *arg)
+{
+    entry *e = live_entry(t, arg);
+    return e == NULL ? NULL : Py_BuildValue("(LL)", (long long)e->frames, (long long)e->bytes);
+}
+
+static PyObject *
+table_flags(SendTable *t, PyObject *arg)
+{
+    entry *e = live_entry(t, arg);
+    return e == NULL ? NULL : PyLong_FromUnsignedLong(e->flags);
+}
+
+/* The handles as an int64 array: a buffer of format 'q' (or 'l' where long is 64 bits). */
+static int
+hold_handles(PyObject *obj, Py_buffer *view)
+{
+    if (PyObject_GetBuffer(obj, view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
+        return -1;
+    }
+    const char *f = view->format ? view->format : "B";
+    if (*f == '@' || *f == '=') {
+        f++;
+    }
+    if (view->ndim != 1 || view->itemsize != 8 || (strcmp(f, "q") != 0 && strcmp(f, "l") != 0)) {
+        PyBuffer_Release(view);
+        PyErr_SetString(PyExc_TypeError, "handles must be an array('q')");
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *
+table_send(SendTable *t, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_Format(PyExc_TypeError, "send() takes exactly 2 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    if (not_busy(t) < 0) {
+        return NULL;
+    }
+    Py_buffer payload, hv;
+    if (PyObject_GetBuffer(args[0], &payload, PyBUF_SIMPLE) < 0) {
+        return NULL;
+    }
+    if (hold_handles(args[1], &hv) < 0) {
+        PyBuffer_Release(&payload);
+        return NULL;
+    }
     PyObject *result = NULL;
-    PyObject *size_obj = NULL;
-    PyObject *minus_size = NULL;
-    Py_buffer view;
-    void *block = NULL;
-    shortfall *rec;
-    int *fds;
-    Py_ssize_t *which;   /* the connection index of each fd */
-    PyObject **held = NULL; /* a strong reference to the connection of each fd */
-    Py_ssize_t n, nfds = 0, nrec = 0, k;
-
-    if (nargs != 4) {
-        PyErr_Format(PyExc_TypeError, "send_group() takes exactly 4 arguments (%zd given)", nargs);
-        return NULL;
-    }
-    PyObject *behind = args[2];
-    PyObject *open_state = args[3];
-    if (!PyAnySet_Check(behind)) {
-        PyErr_SetString(PyExc_TypeError, "behind must be a set");
-        return NULL;
-    }
-    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) {
-        return NULL;
-    }
-    seq = PySequence_Fast(args[1], "conns must be a sequence of connections");
-    if (seq == NULL) {
-        goto done;
-    }
-    n = PySequence_Fast_GET_SIZE(seq);
-    if (n == 0 || view.len == 0) {
+    const long long *handles = (const long long *)hv.buf;
+    Py_ssize_t n = hv.len / 8, nrec = 0, nfds = 0;
+    if (n == 0 || payload.len == 0) {
         result = Py_NewRef(Py_None);
         goto done;
     }
-    if ((size_t)n > ((size_t)PY_SSIZE_T_MAX) /
-                        (sizeof(shortfall) + sizeof(PyObject *) + sizeof(Py_ssize_t) +
-                         sizeof(int))) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    /* Records first (the stricter alignment), then the held connections, the indexes, the fds. */
-    block = PyMem_RawMalloc((size_t)n * (sizeof(shortfall) + sizeof(PyObject *) +
-                                         sizeof(Py_ssize_t) + sizeof(int)));
+    /* Records first (the stricter alignment), then per fd its slot and its handle's index. */
+    void *block = PyMem_RawMalloc((size_t)n * (sizeof(shortfall) + 2 * sizeof(uint32_t) +
+                                               sizeof(int)));
     if (block == NULL) {
         PyErr_NoMemory();
         goto done;
     }
-    rec = (shortfall *)block;
-    held = (PyObject **)(rec + n);
-    which = (Py_ssize_t *)(held + n);
-    fds = (int *)(which + n);
-    size_obj = PyLong_FromSsize_t(view.len);
-    minus_size = PyLong_FromSsize_t(-view.len);
-    if (size_obj == NULL || minus_size == NULL) {
-        goto take_back;
-    }
-    /* The eligibility pass. With the caller's list, an attribute's own Python may edit it:
-       re-read the size each step, and hold every connection we count on (held[]), so the
-       counting back after the sends neither reads the list again nor meets a freed object. */
+    shortfall *rec = (shortfall *)block;
+    uint32_t *slot_of_fd = (uint32_t *)(rec + n);
+    uint32_t *index_of_fd = slot_of_fd + n;
+    int *fds = (int *)(index_of_fd + n);
     for (Py_ssize_t i = 0; i < n; i++) {
-        if (PySequence_Fast_GET_SIZE(seq) != n) {
-            PyErr_SetString(PyExc_RuntimeError, "conns changed size while being read");
-            goto take_back;
-        }
-        PyObject *conn = Py_NewRef(PySequence_Fast_GET_ITEM(seq, i));
-        const slot_map *m = map_for(conn);
-        if (m != NULL) {
-            prefetch_ahead(seq, i, n, m);
-        }
-        int fd = -1;
-        int ok = eligible(conn, m, behind, open_state, &fd);
-        if (ok <= 0) {
-            Py_DECREF(conn);
-        }
-        if (ok < 0) {
-            goto take_back;
-        }
-        if (!ok) {
+        entry *e = entry_of(t, handles[i]);
+        if (e == NULL || e->flags != 0) {
             rec[nrec].index = i;
             rec[nrec].sent = 0;
             rec[nrec].err = NOT_ELIGIBLE;
             nrec++;
             continue;
         }
-        /* Counted now, while the object is in the cache (a second pass after the sends would
-           meet it evicted by the kernel's work); a refused send takes it back below. */
-        if (count_frame(conn, +1, size_obj, minus_size) < 0) {
-            Py_DECREF(conn);
-            goto take_back;
-        }
-        held[nfds] = conn;
-        fds[nfds] = fd;
-        which[nfds] = i;
+        fds[nfds] = e->fd;
+        slot_of_fd[nfds] = (uint32_t)(e - t->slots);
+        index_of_fd[nfds] = (uint32_t)i;
         nfds++;
     }
-    /* The sends; their shortfalls land after the ineligible ones (kept apart by err). */
     shortfall *sent_rec = rec + nrec;
     Py_ssize_t nshort = 0;
-    const char *buf = view.buf;
-    size_t len = (size_t)view.len;
+    const char *buf = payload.buf;
+    size_t len = (size_t)payload.len;
+    t->sending = 1;
     Py_BEGIN_ALLOW_THREADS
-    for (k = 0; k < nfds; k++) {
+    for (Py_ssize_t k = 0; k < nfds; k++) {
         ssize_t r;
         do {
             r = send(fds[k], buf, len, SEND_FLAGS);
@@ -756,73 +596,70 @@ send_group(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
         nshort++;
     }
     Py_END_ALLOW_THREADS
-    /* From here on bytes are on the wire: whatever fails, the report goes back. A refused send
-       takes its count back (a partial or EAGAIN keeps it: its rest goes to the transport); a
-       take-back that raises is reported as unraisable and its counter stays off by one. */
-    for (Py_ssize_t s = 0; s < nshort; s++) {
-        int err = sent_rec[s].err;
-        Py_ssize_t f = sent_rec[s].index;
-        sent_rec[s].index = which[f];
-        fds[f] = SHORT; /* the fds are spent: mark who fell short, for cut() below */
-        if (err == 0 || err == EAGAIN || err == EWOULDBLOCK) {
-            continue;
+    t->sending = 0;
+    /* Counted: every terminal the kernel took bytes from or that would block (its rest goes to
+       its transport, which Python takes back if that write fails); a refused one is not. */
+    Py_ssize_t s = 0;
+    for (Py_ssize_t k = 0; k < nfds; k++) {
+        int err = 0;
+        if (s < nshort && sent_rec[s].index == k) {
+            err = sent_rec[s].err;
+            sent_rec[s].index = index_of_fd[k];
+            s++;
         }
-        if (count_frame(held[f], -1, size_obj, minus_size) < 0) {
-            PyErr_WriteUnraisable(held[f]);
+        if (err == 0 || err == EAGAIN || err == EWOULDBLOCK) {
+            entry *e = &t->slots[slot_of_fd[k]];
+            e->frames += 1;
+            e->bytes += (int64_t)len;
         }
     }
     nrec += nshort;
-    if (nrec == 0) {
-        result = Py_NewRef(Py_None);
-        goto done;
-    }
-    result = build_result(rec, nrec);
-    if (result == NULL) {
-        /* No memory for the report: the terminals that fell short cannot be told their rest,
-           so their streams are cut (transport.abort(): connection_lost tears them down) rather
-           than left with a truncated frame; the MemoryError goes to the caller. */
-        saved_error saved = save_error();
-        for (k = 0; k < nfds; k++) {
-            if (fds[k] == SHORT) {
-                cut(held[k]);
-            }
-        }
-        restore_error(saved);
-    }
-    goto done;
-
-take_back: /* an exception before any send: nothing was sent, so nothing stays counted */
-    {
-        saved_error saved = save_error();
-        for (k = 0; k < nfds; k++) {
-            if (count_frame(held[k], -1, size_obj, minus_size) < 0) {
-                PyErr_WriteUnraisable(held[k]);
-            }
-        }
-        restore_error(saved);
-    }
+    result = nrec == 0 ? Py_NewRef(Py_None) : build_result(rec, nrec);
+    PyMem_RawFree(block);
 
 done:
-    for (k = 0; k < nfds; k++) {
-        Py_DECREF(held[k]);
-    }
-    PyBuffer_Release(&view);
-    PyMem_RawFree(block);
-    Py_XDECREF(size_obj);
-    Py_XDECREF(minus_size);
-    Py_XDECREF(seq);
+    PyBuffer_Release(&hv);
+    PyBuffer_Release(&payload);
     return result;
 }
 
-PyDoc_STRVAR(send_group_doc,
-"send_group(payload, conns, behind, open_state, /)\n--\n\n"
-"The writer's frame path: payload to every connection of conns that may be written behind\n"
-"its transport's back (not closing, protocol state is open_state: protocol_state, or when\n"
-"that is None or absent protocol.state; conn_id not in behind,\n"
-"fd >= 0, transport buffer empty, transport not closing), one non-blocking send each, GIL\n"
-"released; frames_sent and bytes_sent counted on each written or handed-off connection.\n"
-"Return None when all took all, else a list of (index, sent, errno): errno -1 not eligible,\n"
-"else as send_many (the ineligible first, then the shortfalls in order).");
+static Py_ssize_t
+table_len(SendTable *t)
+{
+    return (Py_ssize_t)t->live;
+}
+
+static PyMethodDef table_methods[] = {
+    {"add", (PyCFunction)(void (*)(void))table_add, METH_FASTCALL,
+     "add(fd, flags, /) -> handle: a terminal's entry, over the table's own duplicate of fd."},
+    {"remove", (PyCFunction)table_remove, METH_O,
+     "remove(handle, /) -> (frames, bytes): close the entry's duplicate; its counts."},
+    {"set", (PyCFunction)(void (*)(void))table_set, METH_FASTCALL,
+     "set(handle, bits, on, /) -> bool: raise (on) or clear the bits; False for a removed one."},
+    {"counts", (PyCFunction)table_counts, METH_O,
+     "counts(handle, /) -> (frames, bytes) written by send()."},
+    {"flags", (PyCFunction)table_flags, METH_O, "flags(handle, /) -> the entry's flag bits."},
+    {"send", (PyCFunction)(void (*)(void))table_send, METH_FASTCALL,
+     "send(payload, handles, /) -> None | [(index, sent, errno)]: payload to every entry of\n"
+     "handles (an array('q')) whose flags are clear, one non-blocking send each, GIL released;\n"
+     "errno -1 (NOT_ELIGIBLE): a removed handle or a flag set, else as send_many."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PySequenceMethods table_as_sequence = {
+    .sq_length = (lenfunc)table_len,
+};
+
+static PyTypeObject SendTableType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "monotape.platform.server._sendmany.SendTable",
+    .tp_basicsize = sizeof(SendTable),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "The writer's terminals as C entries: fds, flags and counts (see sendmany.py).",
+    .tp_new = table_new,
+    .tp_dealloc = (destructor)table_dealloc,
+    .tp_methods = table_methods,
+    .tp_as_sequence = &table_as_sequence,
+};
 
 PyDoc_STRVAR(send_many_doc,
 "send_many(payload, fds, /)\n--\n\n"
@@ -833,7 +670,6 @@ PyDoc_STRVAR(send_many_doc,
 
 static PyMethodDef sendmany_methods[] = {
     {"send_many", (PyCFunction)(void (*)(void))send_many, METH_FASTCALL, send_many_doc},
-    {"send_group", (PyCFunction)(void (*)(void))send_group, METH_FASTCALL, send_group_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -841,40 +677,16 @@ static int
 sendmany_exec(PyObject *module)
 {
     if (PyModule_AddIntConstant(module, "MAX_CHUNKS", MAX_CHUNKS) < 0 ||
-        PyModule_AddIntConstant(module, "NOT_ELIGIBLE", NOT_ELIGIBLE) < 0) {
+        PyModule_AddIntConstant(module, "NOT_ELIGIBLE", NOT_ELIGIBLE) < 0 ||
+        PyModule_AddIntConstant(module, "FLAG_CLOSING", FLAG_CLOSING) < 0 ||
+        PyModule_AddIntConstant(module, "FLAG_NOT_OPEN", FLAG_NOT_OPEN) < 0 ||
+        PyModule_AddIntConstant(module, "FLAG_BEHIND", FLAG_BEHIND) < 0 ||
+        PyModule_AddIntConstant(module, "FLAG_QUEUED", FLAG_QUEUED) < 0) {
         return -1;
     }
-    struct {
-        PyObject **slot;
-        const char *name;
-    } names[] = {
-        {&s_closing, "closing"},
-        {&s_protocol_state, "protocol_state"},
-        {&s_protocol, "protocol"},
-        {&s_state, "state"},
-        {&s_private_state, "_state"},
-        {&s_conn_id, "conn_id"},
-        {&s_fd, "fd"},
-        {&s_transport, "transport"},
-        {&s_get_write_buffer_size, "get_write_buffer_size"},
-        {&s_is_closing, "is_closing"},
-        {&s_frames_sent, "frames_sent"},
-        {&s_bytes_sent, "bytes_sent"},
-        {&s_abort, "abort"},
-    };
-    if (s_one == NULL && (s_one = PyLong_FromLong(1)) == NULL) {
+    if (PyType_Ready(&SendTableType) < 0 ||
+        PyModule_AddObjectRef(module, "SendTable", (PyObject *)&SendTableType) < 0) {
         return -1;
-    }
-    if (s_minus_one == NULL && (s_minus_one = PyLong_FromLong(-1)) == NULL) {
-        return -1;
-    }
-    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
-        if (*names[i].slot == NULL) { /* interned once per process, kept for its life */
-            *names[i].slot = PyUnicode_InternFromString(names[i].name);
-            if (*names[i].slot == NULL) {
-                return -1;
-            }
-        }
     }
 #if defined(__SANITIZE_ADDRESS__)
     PyObject *sanitized = Py_True;

@@ -7,6 +7,10 @@ wait in a bounded 64-frame ring; past that the oldest are dropped, the ring sets
 next thing the terminal gets is a full snapshot (design: Fan-out and backpressure). With the
 native writer on, a terminal whose transport holds nothing gets its frames from the writer's C
 send loop straight to ``fd`` instead (server/sendloop.py); everything here is its slow path.
+For that loop the connection keeps its entry in the writer's ``SendTable`` up to date: the
+setters of ``closing`` and ``protocol_state`` (the protocol's mirror), ``set_behind`` and
+``set_queued`` (its transport's flow control) raise and clear the entry's flags, and the
+frame and byte counts are the entry's plus the Python paths' own.
 
 A measured trap: under uvloop, ``transport.write()`` raises once the library has started closing
 the connection, while ``is_closing()`` still says False. So every write checks the protocol's own
@@ -27,6 +31,13 @@ from monotape.platform.core.disconnect import Disconnect
 from monotape.platform.core.outbox import Outbox
 from monotape.platform.core.session import Session
 from monotape.platform.server.control import TerminalProtocol
+from monotape.platform.server.sendmany import (
+    FLAG_BEHIND,
+    FLAG_CLOSING,
+    FLAG_NOT_OPEN,
+    FLAG_QUEUED,
+    SendTable,
+)
 
 __all__ = ["MAX_CONTROL_QUEUED", "Connection", "WriteFailed"]
 
@@ -39,22 +50,24 @@ class WriteFailed(Exception):
 
 class Connection:
     __slots__ = (
-        "bytes_sent",
+        "_bytes",
+        "_closing",
+        "_frames",
+        "_protocol_state",
         "close_reason",
-        "closing",
         "conn_id",
         "control",
         "expiry",
         "fd",
-        "frames_sent",
         "gap_since_ns",
+        "handle",
         "high_water",
         "opened_ns",
         "outbox",
         "peer",
         "protocol",
-        "protocol_state",
         "session",
+        "table",
         "transport",
         "ws",
     )
@@ -72,13 +85,21 @@ class Connection:
     ) -> None:
         self.conn_id = conn_id
         self.ws = ws
+        # The native writer's entry for this terminal (server/sendmany.py SendTable), while
+        # it has one (``attach``): every change of why it may not be sent to behind its
+        # transport's back is kept there as a flag, so a frame's pass reads no Python object.
+        self.table: SendTable | None = None
+        self.handle = -1
+        self._closing = False
+        self._frames = 0  # the counts of the Python paths; the table's are added on read
+        self._bytes = 0
         self.transport: asyncio.Transport = ws.transport
         self.protocol = protocol = ws.protocol  # the Sans-I/O state machine: may we write?
-        # Its state, kept here by TerminalProtocol's setter on every change, for the native
-        # writer: one read of this object instead of the protocol's dict per frame, ~6.6% of a
-        # 4,200-terminal server's CPU (perf; docs/benchmarks.md). None: a protocol that does
-        # not mirror (a test's), whose readers ask the protocol itself.
-        self.protocol_state: State | None = None
+        # Its state, kept here by TerminalProtocol's setter on every change: the setter of
+        # ``protocol_state`` keeps the native writer's entry's NOT_OPEN flag, so no frame asks
+        # the protocol. None: a protocol that does not mirror (a test's), whose readers ask the
+        # protocol itself, and which gets no entry.
+        self._protocol_state: State | None = None
         if isinstance(protocol, TerminalProtocol):
             protocol.mirror = self
             self.protocol_state = protocol.state
@@ -96,14 +117,99 @@ class Connection:
         self.opened_ns = opened_ns
         remote = ws.remote_address
         self.peer = f"{remote[0]}:{remote[1]}" if remote else "?"
-        self.closing = False
         self.expiry: asyncio.TimerHandle | None = None  # closes the session when its token expires
         # set when the server decides to close (shutdown, drain, kick): the teardown's reason
         self.close_reason: Disconnect | None = None
-        self.frames_sent = 0
         self.gap_since_ns = 0  # when the ring last overflowed and has not been resolved since
-        self.bytes_sent = 0
         self.session = session  # its requests, limits and token (core/session.py)
+
+    # -- the native writer's entry ---------------------------------------------------------
+    def attach(self, table: SendTable, behind: bool) -> bool:
+        """Give this terminal an entry in ``table`` with its flags as they are now, and keep
+        them from here on; False (no entry: the transport path always) when its socket is not
+        ours to write (``fd`` -1), its protocol does not report its state changes, or its
+        connection does not report when its transport holds bytes (``track_queued``)."""
+        track = getattr(self.ws, "track_queued", None)
+        if self.fd < 0 or self._protocol_state is None or track is None or self.table is not None:
+            return False
+        self.handle = table.add(self.fd, self.expected_flags(behind))
+        self.table = table
+        track(self)  # from now on pause_writing / resume_writing call set_queued
+        return True
+
+    def expected_flags(self, behind: bool) -> int:
+        """The entry's flags as this connection's own state gives them (``behind``: whether it
+        is in the writer's set of terminals behind)."""
+        flags = FLAG_BEHIND if behind else 0
+        if self._closing:
+            flags |= FLAG_CLOSING
+        if self._protocol_state is not State.OPEN:
+            flags |= FLAG_NOT_OPEN
+        if self.transport.get_write_buffer_size():
+            flags |= FLAG_QUEUED
+        return flags
+
+    def detach(self) -> None:
+        """Drop the entry (its socket duplicate closes), keeping its counts."""
+        table = self.table
+        if table is None:
+            return
+        frames, sent = table.remove(self.handle)
+        self._frames += frames
+        self._bytes += sent
+        self.table = None
+        self.handle = -1
+
+    def _flag(self, bit: int, on: bool) -> None:
+        table = self.table
+        if table is not None:
+            table.set(self.handle, bit, on)
+
+    def set_queued(self, queued: bool) -> None:
+        """Its transport began holding bytes (True) or has handed them all to the kernel."""
+        self._flag(FLAG_QUEUED, queued)
+
+    def set_behind(self, behind: bool) -> None:
+        """It entered (True) or left the writer's set of terminals behind (Terminals)."""
+        self._flag(FLAG_BEHIND, behind)
+
+    @property
+    def closing(self) -> bool:
+        return self._closing
+
+    @closing.setter
+    def closing(self, closing: bool) -> None:
+        self._closing = closing
+        self._flag(FLAG_CLOSING, closing)
+
+    @property
+    def protocol_state(self) -> State | None:
+        return self._protocol_state
+
+    @protocol_state.setter
+    def protocol_state(self, state: State | None) -> None:
+        self._protocol_state = state
+        self._flag(FLAG_NOT_OPEN, state is not State.OPEN)
+
+    @property
+    def frames_sent(self) -> int:
+        table = self.table
+        return self._frames + (table.counts(self.handle)[0] if table is not None else 0)
+
+    @frames_sent.setter
+    def frames_sent(self, frames: int) -> None:
+        table = self.table
+        self._frames = frames - (table.counts(self.handle)[0] if table is not None else 0)
+
+    @property
+    def bytes_sent(self) -> int:
+        table = self.table
+        return self._bytes + (table.counts(self.handle)[1] if table is not None else 0)
+
+    @bytes_sent.setter
+    def bytes_sent(self, sent: int) -> None:
+        table = self.table
+        self._bytes = sent - (table.counts(self.handle)[1] if table is not None else 0)
 
     @property
     def writable(self) -> bool:

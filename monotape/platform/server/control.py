@@ -118,6 +118,8 @@ class TerminalSocket(ServerConnection):
 
     limits: ControlLimits | None = None
     on_overrun: Callable[[Overrun], None] | None = None
+    # The connection told when the transport starts and stops holding bytes (track_queued).
+    queued_mirror: Any = None
 
     def __init__(self, protocol: ServerProtocol, server: Server, **kwargs: Any) -> None:
         protocol.__class__ = TerminalProtocol
@@ -139,6 +141,31 @@ class TerminalSocket(ServerConnection):
         proto.clock_ns = now_ns
         self.limits = limits
         self.on_overrun = on_overrun
+
+    def track_queued(self, mirror: Any) -> None:
+        """Tell ``mirror.set_queued`` when the transport starts holding bytes and when it has
+        handed them all to the kernel: the native writer sends to the socket itself only
+        while it holds none (server/sendloop.py). The write buffer's limits become 0 and 0,
+        so asyncio's and uvloop's flow control call ``pause_writing`` at the first byte the
+        transport keeps and ``resume_writing`` once it holds none; websockets' own waits
+        (a ping's or a close's drain) therefore wait for an empty buffer, not the default
+        low-water mark."""
+        self.queued_mirror = mirror
+        self.transport.set_write_buffer_limits(high=0, low=0)
+
+    def pause_writing(self) -> None:
+        mirror = self.queued_mirror
+        if mirror is not None:
+            mirror.set_queued(True)
+        if not self.paused:  # already paused under websockets' own limits before tracking
+            super().pause_writing()
+
+    def resume_writing(self) -> None:
+        mirror = self.queued_mirror
+        if mirror is not None:
+            mirror.set_queued(False)
+        if self.paused:
+            super().resume_writing()
 
     def data_received(self, data: bytes) -> None:
         super().data_received(data)

@@ -89,7 +89,9 @@ async def glass_loop(cfg: ServerConfig, terminals: Terminals, glass: StageRecord
         waiters = []
         for cid in tuple(terminals.cohort):
             conn = terminals.connections.get(cid)
-            if conn is None or not conn.writable:
+            # Bytes already queued: ping() would wait for them to drain (with the native
+            # writer, for an empty buffer), stalling the cohort's other pings behind it.
+            if conn is None or not conn.writable or conn.transport.get_write_buffer_size():
                 continue
             with contextlib.suppress(ConnectionClosed, RuntimeError):
                 waiters.append(await conn.ws.ping())

@@ -16,16 +16,19 @@ tuple (rebuilt only when the index's connection set for it is another one: the p
 the index's own frozenset, replaced on every subscribe, unsubscribe and teardown; a max_hz rate
 group's set, the index's ``RateGroup`` kept until the group changes, is kept apart under its
 signature and members, so the boundaries rebuild neither it nor the 25 Hz tuple of the same
-signature), and one
-``send_group`` call per payload does the eligibility test, the sends and the counters in C
+signature), with their entries' handles in the writer's ``SendTable`` as an ``array('q')``;
+one ``SendTable.send`` call per payload reads each entry's flags (kept by the connections on
+every change: server/connection.py), sends to the clear ones and counts there, all in C
 (server/sendmany.py), so a payload that every terminal took costs O(1) Python, not
-O(terminals); only the exceptions (not eligible, partial, EAGAIN, an errno) come back here.
+O(terminals), and the pass touches no Python object per terminal; only the exceptions (not
+eligible, partial, EAGAIN, an errno) come back here.
 """
 
 from __future__ import annotations
 
 import errno
 import socket
+from array import array
 from collections.abc import Callable, Iterable, Sequence
 from collections.abc import Set as AbstractSet
 from typing import Final, TypeAlias
@@ -34,7 +37,13 @@ from websockets.protocol import State
 
 from monotape.platform.core.disconnect import Disconnect
 from monotape.platform.server.connection import Connection
-from monotape.platform.server.sendmany import NOT_ELIGIBLE, SendMany, Shortfall, group_via
+from monotape.platform.server.sendmany import (
+    NOT_ELIGIBLE,
+    SendMany,
+    SendTable,
+    Shortfall,
+    new_table,
+)
 from monotape.platform.server.terminals import Terminals
 
 __all__ = ["Deliver", "Failed", "SendLoop", "send_error_reason"]
@@ -101,12 +110,23 @@ class SendLoop:
     """``send`` one payload to a group of terminals; counts what the native path did."""
 
     def __init__(
-        self, send_many: SendMany, terminals: Terminals, high_water: int, deliver: Deliver
+        self,
+        send_many: SendMany,
+        terminals: Terminals,
+        high_water: int,
+        deliver: Deliver,
+        table: SendTable | None = None,
     ) -> None:
         self.send_many = send_many  # the extension's; tests may pass the Python twin
-        self.send_group = group_via(send_many)
-        # group key -> (the connection-id set it was built from, its connections, last frame)
-        self._groups: dict[_GroupKey, tuple[AbstractSet[int], tuple[Connection, ...], int]] = {}
+        # Every terminal's entry (fd, flags, counts): the extension's table for its send_many,
+        # else the twin (tests may hand one over modelled sockets).
+        self.table = new_table(send_many) if table is None else table
+        terminals.use_table(self.table)
+        # group key -> (the connection-id set it was built from, its connections, their
+        # entries' handles, last frame)
+        self._groups: dict[
+            _GroupKey, tuple[AbstractSet[int], tuple[Connection, ...], array[int], int]
+        ] = {}
         self._frames = 0
         self.terminals = terminals
         self.high_water = high_water
@@ -186,8 +206,27 @@ class SendLoop:
 
     def send_frame(self, wire: bytes, conn_ids: AbstractSet[int], sig: int, failed: Failed) -> int:
         """``wire`` to the connections of ``conn_ids`` (signature ``sig``'s, or a rate
-        group's): one ``send_group`` call; returns how many were written now (kernel or
-        transport). The terminals that are not eligible take ``send``'s per-terminal path."""
+        group's): one ``SendTable.send`` call; returns how many were written now (kernel or
+        transport). The terminals that are not eligible take ``send``'s per-terminal path.
+
+        Why an entry whose flags are clear may be written behind its transport's back (the
+        conditions of ``send``, kept as flags instead of asked per frame):
+        - QUEUED clear means the transport holds nothing: with the write-buffer limits at 0
+          and 0 (``TerminalSocket.track_queued``) asyncio and uvloop call ``pause_writing`` in
+          the write that keeps a first byte and ``resume_writing`` once none is left, both
+          synchronously; tests/server/test_native_writer.py checks the flag against
+          ``get_write_buffer_size()`` frame by frame on both loops.
+        - NOT_OPEN and CLOSING follow the protocol's state (its setter, which every change
+          of websockets' goes through) and ``Connection.closing`` (a property): websockets
+          leaves OPEN before it writes a close frame or shuts the write side, and the server's
+          own closes set ``closing`` before their teardown runs.
+        - BEHIND follows ``Terminals.behind`` (a ``BehindSet``, which tells the connection).
+        - the entry's fd is the table's own duplicate: while the entry lives (until the
+          teardown) the kernel cannot give that number to another connection, even when the
+          transport closed its own fd after a fatal error; a send to a socket that died is an
+          errno, and the terminal is torn down by name.
+        - a handle removed since the group was built is another generation: not eligible,
+          and ``_one`` skips the connection, gone from the registry."""
         groups = self._groups
         key: _GroupKey
         if type(conn_ids) is frozenset:  # the index's own set: replaced on every change
@@ -203,10 +242,11 @@ class SendLoop:
         if entry is None or stale:
             connections = self.terminals.connections
             conns = tuple(c for c in map(connections.get, conn_ids) if c is not None)
+            handles = array("q", [c.handle for c in conns])
         else:
-            conns = entry[1]
-        groups[key] = (conn_ids, conns, self._frames)
-        shortfalls = self.send_group(wire, conns, self.terminals.behind, OPEN)
+            conns, handles = entry[1], entry[2]
+        groups[key] = (conn_ids, conns, handles, self._frames)
+        shortfalls = self.table.send(wire, handles)
         if shortfalls is None:
             self.writes += len(conns)
             return len(conns)
@@ -218,20 +258,45 @@ class SendLoop:
             else:
                 short.append(item)
         self.writes += len(conns) - (len(shortfalls) - len(short))
-        if short:  # send_group counted the partial and blocked ones, not the refused ones
+        if short:  # the table counted the partial and blocked ones, not the refused ones
             count += len(short) - self._hand_off(wire, short, conns, failed, counted_refused=False)
         return count
+
+    def audit(self, limit: int = 20) -> tuple[int, list[str]]:
+        """(how many, up to ``limit`` named) entries of the table that would let the C loop
+        write where the Python path would not: a clear entry of a terminal that is closing,
+        not open, behind or whose transport holds bytes (``conn:<id>``); and entries no
+        connection holds, each a leaked socket duplicate (``leaked:<n>``). The invariant
+        ``native_entries`` checks it is (0, []) in production."""
+        table = self.table
+        behind = self.terminals.behind
+        count = attached = 0
+        offending: list[str] = []
+        for cid, conn in self.terminals.connections.items():
+            if conn.table is not table:
+                continue
+            attached += 1
+            if not table.flags(conn.handle) and conn.expected_flags(cid in behind):
+                count += 1
+                if len(offending) < limit:
+                    offending.append(f"conn:{cid}")
+        leaked = len(table) - attached
+        if leaked:
+            count += leaked
+            if len(offending) < limit:
+                offending.append(f"leaked:{leaked}")
+        return count, offending
 
     def end_frame(self) -> None:
         """Once per frame: forget the signatures not seen for ``_KEEP_FRAMES`` frames."""
         self._frames = frame = self._frames + 1
         if frame % _KEEP_FRAMES == 0:
             groups = self._groups
-            for sig in [s for s, (_, _, seen) in groups.items() if frame - seen > _KEEP_FRAMES]:
+            for sig in [s for s, (*_, seen) in groups.items() if frame - seen > _KEEP_FRAMES]:
                 del groups[sig]
 
     def _one(self, conn: Connection, wire: bytes, failed: Failed) -> int:
-        """A terminal ``send_group`` found not eligible: ``send``'s per-terminal path (1 if
+        """A terminal the table found not eligible: ``send``'s per-terminal path (1 if
         written now). A terminal torn down since its tuple was built is skipped."""
         cid = conn.conn_id
         if self.terminals.connections.get(cid) is not conn:
@@ -275,7 +340,7 @@ class SendLoop:
         """The terminals a send left short: the exact rest of the payload to the transport
         (whose buffer was empty: it follows the kernel's part directly), or, for a send the
         kernel refused, a teardown after the loop. A part or nothing handed on was counted by
-        the send; a refused one only by ``send`` (``counted_refused``), not by ``send_group``:
+        the send; a refused one only by ``send`` (``counted_refused``), not by the table:
         every count of a terminal that got nothing is taken back. Returns how many got nothing."""
         lost = 0
         size = len(wire)

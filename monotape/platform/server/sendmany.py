@@ -21,17 +21,18 @@ else a list, in fd order, of ``(index, sent, errno)`` for the sockets that fell 
 Every descriptor is validated (``TypeError``, ``ValueError`` for a negative one,
 ``OverflowError`` past a C int) before anything is sent; an empty payload sends nothing.
 
-``send_group(payload, conns, behind, open_state)`` is the writer's frame path over connection
-objects (server/sendloop.py): per connection the eligibility test of the Python loop (not
-closing, protocol state ``open_state``, read from the connection's ``protocol_state`` mirror
-when it has one, ``conn_id`` not in ``behind``, ``fd >= 0``, transport buffer empty and not
-closing) runs in C, then one send per eligible socket, then
-``frames_sent``/``bytes_sent`` are counted on every connection written or handed off (a partial
-or EAGAIN: its rest goes to the transport), so only the exceptions reach Python:
-``(i, 0, NOT_ELIGIBLE)`` (the ordered Python path), else as ``send_many``, indexed by connection.
-Once the sends ran the report always comes back: an error counting (a connection's own Python)
-is reported through ``sys.unraisablehook``, since a partial send's rest must still reach its
-transport. ``group_via(send_many)`` is its pure-Python twin over any ``send_many``.
+``SendTable`` is what the writer's frame path runs on (server/sendloop.py): its terminals as C
+entries, each the table's own duplicate of the socket (so the fd number stays that terminal's
+while the entry lives, whatever its transport does), a generation, its frame and byte counts,
+and the reasons it may not be sent to behind its transport's back, as flag bits that the
+connection keeps on every change (server/connection.py): ``FLAG_CLOSING``, ``FLAG_NOT_OPEN``,
+``FLAG_BEHIND``, ``FLAG_QUEUED`` (its transport holds bytes). ``add(fd, flags)`` returns a
+handle (generation << 32 | slot), ``remove(handle)`` the entry's counts; ``send(payload,
+handles)`` takes a payload group as an ``array('q')`` of handles and sends to every entry whose
+flags are clear, counting frames and bytes there (a partial or EAGAIN too: its rest goes to the
+transport), so a frame's pass reads no Python object: ``(i, 0, NOT_ELIGIBLE)`` for a flagged or
+removed handle, else as ``send_many``. ``PySendTable`` is its pure-Python twin over any
+``send_many``; ``new_table(send_many)`` picks the one that matches.
 
 ``python_send_many`` is the fallback with the same API and results (a socket object wrapped
 around each fd for one ``sendmsg``); ``NATIVE`` says whether the extension was built, and
@@ -42,31 +43,36 @@ gives the writer the extension or None, ``describe`` says which for the start-up
 from __future__ import annotations
 
 import errno
+import fcntl
 import operator
+import os
 import socket
 import sys
-import traceback
+from array import array
 from collections.abc import Callable, Iterable, Sequence, Sized
-from collections.abc import Set as AbstractSet
-from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, cast
 
 if TYPE_CHECKING:
     from _typeshed import ReadableBuffer
 
 __all__ = [
+    "FLAG_BEHIND",
+    "FLAG_CLOSING",
+    "FLAG_NOT_OPEN",
+    "FLAG_QUEUED",
     "MAX_CHUNKS",
     "NATIVE",
     "NATIVE_ERROR",
     "NOT_ELIGIBLE",
     "Payload",
-    "SendGroup",
+    "PySendTable",
     "SendMany",
+    "SendTable",
     "Shortfall",
     "choose",
     "describe",
-    "group_via",
     "native",
+    "new_table",
     "python_send_many",
     "remainder",
     "send_many",
@@ -76,11 +82,13 @@ Payload: TypeAlias = "ReadableBuffer | Sequence[ReadableBuffer]"
 # (index into fds, bytes sent, errno): (i, n, 0) partial, (i, 0, EAGAIN) would block, (i, 0, e).
 Shortfall: TypeAlias = tuple[int, int, int]
 SendMany: TypeAlias = "Callable[[Payload, Iterable[int]], list[Shortfall] | None]"
-# (payload, connections, the ids behind, State.OPEN) -> None | shortfalls by connection index
-SendGroup: TypeAlias = (
-    "Callable[[bytes, Sequence[Any], AbstractSet[int], object], list[Shortfall] | None]"
-)
-NOT_ELIGIBLE = -1  # a send_group shortfall's errno: not sent, the ordered Python path takes it
+NOT_ELIGIBLE = -1  # a SendTable.send shortfall's errno: not sent, the ordered Python path takes it
+# Why a table entry may not be sent to behind its transport's back (all clear: it may).
+FLAG_CLOSING = 1  # the server is closing it (Connection.closing)
+FLAG_NOT_OPEN = 2  # its WebSocket state is not OPEN
+FLAG_BEHIND = 4  # it has frames in its ring, or a gap (Terminals.behind)
+FLAG_QUEUED = 8  # its transport holds bytes (the protocol's pause_writing until resume_writing)
+_ALL_FLAGS = FLAG_CLOSING | FLAG_NOT_OPEN | FLAG_BEHIND | FLAG_QUEUED
 
 # Linux's UIO_MAXIOV: a longer iovec is EMSGSIZE from the kernel, so both refuse it up front.
 MAX_CHUNKS = 1024
@@ -93,8 +101,20 @@ _FLAGS = socket.MSG_DONTWAIT | getattr(socket, "MSG_NOSIGNAL", 0)
 _WOULD_BLOCK = frozenset({errno.EAGAIN, errno.EWOULDBLOCK})
 _KIND = socket.SOCK_STREAM | getattr(socket, "SOCK_NONBLOCK", 0)
 
+
+class SendTable(Protocol):
+    """The writer's terminals as entries (the extension's ``SendTable``, or ``PySendTable``)."""
+
+    def __len__(self) -> int: ...
+    def add(self, fd: int, flags: int, /) -> int: ...
+    def remove(self, handle: int, /) -> tuple[int, int]: ...
+    def set(self, handle: int, bits: int, on: bool, /) -> bool: ...
+    def counts(self, handle: int, /) -> tuple[int, int]: ...
+    def flags(self, handle: int, /) -> int: ...
+    def send(self, payload: bytes, handles: array[int], /) -> list[Shortfall] | None: ...
+
+
 _native_send_many: SendMany | None
-_native_send_group: SendGroup | None = None
 try:
     from monotape.platform.server import _sendmany
 except ImportError as exc:  # no compiler at install time: the fallback runs
@@ -102,10 +122,15 @@ except ImportError as exc:  # no compiler at install time: the fallback runs
     NATIVE_ERROR: str | None = str(exc)
 else:
     _native_send_many = _sendmany.send_many
-    _native_send_group = _sendmany.send_group
     NATIVE_ERROR = None
     assert _sendmany.MAX_CHUNKS == MAX_CHUNKS, "the C and Python limits must agree"
     assert _sendmany.NOT_ELIGIBLE == NOT_ELIGIBLE, "the C and Python markers must agree"
+    assert (
+        _sendmany.FLAG_CLOSING,
+        _sendmany.FLAG_NOT_OPEN,
+        _sendmany.FLAG_BEHIND,
+        _sendmany.FLAG_QUEUED,
+    ) == (FLAG_CLOSING, FLAG_NOT_OPEN, FLAG_BEHIND, FLAG_QUEUED), "the flags must agree"
 
 NATIVE: bool = _native_send_many is not None
 
@@ -197,69 +222,150 @@ def remainder(payload: Payload, sent: int) -> list[memoryview]:
     return rest
 
 
-def group_via(send_many: SendMany) -> SendGroup:
-    """``send_group`` for ``send_many``: the extension's own for the extension's ``send_many``,
-    else its pure-Python twin over ``send_many`` (the fallback, or a test's modelled sockets)."""
-    if send_many is _native_send_many and _native_send_group is not None:
-        return _native_send_group
+class PySendTable:
+    """The pure-Python ``SendTable``: the same entries, handles, flags, counts and results,
+    sending through ``send_many`` (the fallback, or a test's modelled sockets). ``own_fds``:
+    each entry holds a duplicate of its fd, as the extension's does (False for a model whose
+    descriptors are not the kernel's)."""
 
-    def send_group(
-        payload: bytes, conns: Sequence[Any], behind: AbstractSet[int], open_state: object
-    ) -> list[Shortfall] | None:
+    def __init__(self, send_many: SendMany = python_send_many, *, own_fds: bool = True) -> None:
+        self._send_many = send_many
+        self._own = own_fds
+        self._fd: list[int] = []  # -1: a free slot
+        self._gen: list[int] = []
+        self._flags: list[int] = []
+        self._frames: list[int] = []
+        self._bytes: list[int] = []
+        self._free: list[int] = []
+        self._live = 0
+        self._sending = False
+
+    def __len__(self) -> int:
+        return self._live
+
+    def __del__(self) -> None:
+        if getattr(self, "_own", False):
+            for fd in self._fd:
+                if fd >= 0:
+                    os.close(fd)
+
+    def _slot(self, handle: int) -> int:
+        """The live slot of ``handle``, or -1."""
+        slot, gen = handle & 0xFFFFFFFF, handle >> 32
+        if handle < 0 or slot >= len(self._fd) or self._fd[slot] < 0 or self._gen[slot] != gen:
+            return -1
+        return slot
+
+    def _live_slot(self, handle: int) -> int:
+        slot = self._slot(operator.index(handle))
+        if slot < 0:
+            raise KeyError(f"no terminal with handle {handle}")
+        return slot
+
+    def _not_busy(self) -> None:
+        if self._sending:
+            raise RuntimeError("a send is in progress on this table")
+
+    def add(self, fd: int, flags: int, /) -> int:
+        self._not_busy()
+        fd, flags = operator.index(fd), operator.index(flags)
+        if fd < 0 or fd > _INT_MAX:
+            raise ValueError("file descriptor out of range")
+        if flags < 0 or flags & ~_ALL_FLAGS:
+            raise ValueError("unknown flag bits")
+        own = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 0) if self._own else fd
+        if self._free:
+            slot = self._free.pop()
+        else:
+            slot = len(self._fd)
+            for column in (self._fd, self._flags, self._frames, self._bytes):
+                column.append(0)
+            self._gen.append(1)
+        self._fd[slot], self._flags[slot] = own, flags
+        self._frames[slot] = self._bytes[slot] = 0
+        self._live += 1
+        return self._gen[slot] << 32 | slot
+
+    def remove(self, handle: int, /) -> tuple[int, int]:
+        self._not_busy()
+        slot = self._live_slot(handle)
+        if self._own:
+            os.close(self._fd[slot])
+        self._fd[slot] = -1
+        gen = self._gen[slot]
+        self._gen[slot] = 1 if gen == 0x7FFFFFFF else gen + 1
+        self._free.append(slot)
+        self._live -= 1
+        return self._frames[slot], self._bytes[slot]
+
+    def set(self, handle: int, bits: int, on: bool, /) -> bool:
+        bits = operator.index(bits)
+        if bits < 0 or bits & ~_ALL_FLAGS:
+            raise ValueError("unknown flag bits")
+        slot = self._slot(operator.index(handle))
+        if slot < 0:
+            return False
+        self._flags[slot] = self._flags[slot] | bits if on else self._flags[slot] & ~bits
+        return True
+
+    def counts(self, handle: int, /) -> tuple[int, int]:
+        slot = self._live_slot(handle)
+        return self._frames[slot], self._bytes[slot]
+
+    def flags(self, handle: int, /) -> int:
+        return self._flags[self._live_slot(handle)]
+
+    def send(self, payload: bytes, handles: array[int], /) -> list[Shortfall] | None:
+        self._not_busy()
+        size = memoryview(payload).nbytes
+        try:
+            view = memoryview(handles)
+        except TypeError:
+            view = None
+        if (
+            view is None
+            or view.ndim != 1
+            or view.itemsize != 8
+            or view.format.lstrip("@=") not in ("q", "l")
+        ):
+            raise TypeError("handles must be an array('q')")
+        if not len(view) or not size:
+            return None
         out: list[Shortfall] = []
         fds: list[int] = []
+        slots: list[int] = []
         which: list[int] = []
-        held: list[Any] = []  # the connections sent to, whatever a setter does to conns
-        for i, conn in enumerate(conns):
-            transport = conn.transport
-            state = getattr(conn, "protocol_state", None)  # the mirror, as the C reads it
-            if (
-                conn.closing is not False
-                or (conn.protocol.state if state is None else state) is not open_state
-                or conn.conn_id in behind
-                or conn.fd < 0
-                or transport.get_write_buffer_size()
-                or transport.is_closing()
-            ):
+        for i, handle in enumerate(handles):
+            slot = self._slot(handle)
+            if slot < 0 or self._flags[slot]:
                 out.append((i, 0, NOT_ELIGIBLE))
                 continue
-            fds.append(conn.fd)
+            fds.append(self._fd[slot])
+            slots.append(slot)
             which.append(i)
-            held.append(conn)
-        if not fds or not payload:
+        if not fds:
             return out or None
-        short = {k: (sent, err) for k, sent, err in send_many(payload, fds) or ()}
-        size = len(payload)
-        for k, i in enumerate(which):
+        self._sending = True
+        try:
+            short = {k: (sent, err) for k, sent, err in self._send_many(payload, fds) or ()}
+        finally:
+            self._sending = False
+        for k, slot in enumerate(slots):
             got = short.get(k)
             if got is not None:
-                out.append((i, *got))
+                out.append((which[k], *got))
                 if got[1] and got[1] not in _WOULD_BLOCK:
                     continue  # refused: counts nothing
-            conn = held[k]
-            try:  # bytes are on the wire: an error here must not swallow the report
-                conn.frames_sent += 1
-                conn.bytes_sent += size
-            except Exception as exc:
-                _unraisable(exc, conn)
+            self._frames[slot] += 1
+            self._bytes[slot] += size
         return out or None
 
-    return send_group
 
-
-def _unraisable(exc: BaseException, conn: object) -> None:
-    """Report ``exc`` the way the extension reports an error it cannot raise."""
-    args: Any = SimpleNamespace(
-        exc_type=type(exc),
-        exc_value=exc,
-        exc_traceback=exc.__traceback__,
-        err_msg="Exception ignored counting a send_group send on",
-        object=conn,
-    )
-    try:
-        sys.unraisablehook(args)
-    except TypeError:  # the default hook takes only its own (private) argument type
-        traceback.print_exception(exc, file=sys.stderr)
+def new_table(send_many: SendMany) -> SendTable:
+    """The table for ``send_many``: the extension's for the extension's, else the twin."""
+    if send_many is _native_send_many:
+        return cast(SendTable, _sendmany.SendTable())
+    return PySendTable(send_many)
 
 
 def choose(native: bool) -> SendMany:

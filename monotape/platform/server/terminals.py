@@ -15,7 +15,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import Counter
-from typing import Final
+from collections.abc import Callable
+from typing import Final, NoReturn
 
 from websockets.exceptions import ConnectionClosed
 from websockets.protocol import State
@@ -26,9 +27,10 @@ from monotape.platform.core.glass import GlassLedger
 from monotape.platform.core.planner import Pacer
 from monotape.platform.server.connection import Connection
 from monotape.platform.server.control import TerminalProtocol
+from monotape.platform.server.sendmany import SendTable
 from monotape.platform.wire import codec
 
-__all__ = ["CLOSE_HANDSHAKE_S", "FAIL_GRACE_S", "FanoutStats", "Terminals"]
+__all__ = ["CLOSE_HANDSHAKE_S", "FAIL_GRACE_S", "BehindSet", "FanoutStats", "Terminals"]
 
 # A failed connection's queued bytes (bounded by the budgets) get this long to reach a terminal
 # that still reads; then the socket is aborted whatever it holds.
@@ -57,6 +59,44 @@ class FanoutStats:
         self.priority_writes = 0  # priority writes to the kernel, counted by flush_priority
 
 
+class BehindSet(set[int]):
+    """The ids of the connections behind, telling each connection when it enters and leaves
+    (``Connection.set_behind``: the native writer's entry keeps it as a flag). Only ``add``,
+    ``discard``, ``remove`` and ``clear`` change it; the in-place operators are refused."""
+
+    __slots__ = ("_mark",)
+
+    def __init__(self, mark: Callable[[int, bool], None]) -> None:
+        super().__init__()
+        self._mark = mark
+
+    def add(self, conn_id: int) -> None:
+        if conn_id not in self:
+            super().add(conn_id)
+            self._mark(conn_id, True)
+
+    def discard(self, conn_id: object) -> None:
+        if isinstance(conn_id, int) and conn_id in self:
+            super().discard(conn_id)
+            self._mark(conn_id, False)
+
+    def remove(self, conn_id: int) -> None:
+        if conn_id not in self:
+            raise KeyError(conn_id)
+        self.discard(conn_id)
+
+    def clear(self) -> None:
+        for conn_id in tuple(self):
+            self.discard(conn_id)
+
+    def _refused(self, *_: object) -> NoReturn:
+        raise TypeError("BehindSet changes only through add, discard, remove and clear")
+
+    __ior__ = __iand__ = __isub__ = __ixor__ = _refused
+    update = intersection_update = difference_update = symmetric_difference_update = _refused
+    pop = _refused
+
+
 class Terminals:
     """Every connected terminal, by connection id, and the indexes that point at them."""
 
@@ -64,7 +104,10 @@ class Terminals:
         self.connections: dict[int, Connection] = {}
         self.index = SubscriptionIndex()
         self.stats = FanoutStats()
-        self.behind: set[int] = set()  # connections with queued frames or a gap
+        self.behind = BehindSet(self._mark_behind)  # connections with queued frames or a gap
+        # The native writer's table of terminals (server/sendmany.py SendTable), when it runs:
+        # every admitted connection gets its entry there, dropped at its teardown.
+        self.table: SendTable | None = None
         self.cohort: set[int] = set()  # connections sampled for glass pings
         self.pings: dict[int, tuple[int, asyncio.Future[float]]] = {}  # keepalive, unanswered
         # the rate groups' memory of what changed since their boundary (core/planner.py); the
@@ -80,6 +123,22 @@ class Terminals:
         self.connections[conn.conn_id] = conn
         self.index.add_connection(conn.conn_id)
         self.stats.connections_total += 1
+        if self.table is not None:
+            conn.attach(self.table, conn.conn_id in self.behind)
+
+    def use_table(self, table: SendTable | None) -> None:
+        """Keep every connection's entry in ``table`` from now on (None: in none)."""
+        for conn in self.connections.values():
+            conn.detach()
+        self.table = table
+        if table is not None:
+            for cid, conn in self.connections.items():
+                conn.attach(table, cid in self.behind)
+
+    def _mark_behind(self, conn_id: int, behind: bool) -> None:
+        conn = self.connections.get(conn_id)
+        if conn is not None:
+            conn.set_behind(behind)
 
     def teardown(self, conn_id: int, reason: Disconnect) -> bool:
         """Idempotent: cleans every index before it drops the connection entry."""
@@ -94,6 +153,7 @@ class Terminals:
         self.behind.discard(conn_id)
         self.cohort.discard(conn_id)
         self.pings.pop(conn_id, None)
+        conn.detach()  # its counts stay on the connection; its socket duplicate closes
         self.gone_frames += conn.frames_sent
         self.gone_bytes += conn.bytes_sent
         self.gone_drops += conn.outbox.drops

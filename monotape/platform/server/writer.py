@@ -15,12 +15,13 @@ requests (``answer``: never dropped with the data).
 
 The native writer (``server.native_writer``, issue 13): the per-terminal Python work around
 ``transport.write`` is what a delivered frame costs once payloads are shared, so each payload
-group goes to one ``send_group`` call (server/sendmany.py: in C, per terminal the test that it is
-open, not behind and its transport holds nothing, then one non-blocking send per socket with the
-GIL released, then its counters); only the terminals that are not eligible or fell short come
-back to Python. A socket that takes less than the whole payload hands the exact remainder to its
-transport (then the ring), and stays on that path until its transport has drained; a socket the
-kernel refuses is torn down with a named reason. Off (or not built), the transport path runs
+group goes to one ``SendTable.send`` call (server/sendmany.py: in C, per terminal its entry's
+flags, kept by the connection: open, not closing, not behind, its transport holding nothing;
+then one non-blocking send per socket with the GIL released, then its counts); only the
+terminals that are not eligible or fell short come back to Python. A socket that takes less than
+the whole payload hands the exact remainder to its transport (then the ring), and stays on that
+path until its transport has drained; a socket the kernel refuses is torn down with a named
+reason. Off (or not built), the transport path runs
 alone, as before. The loop, and why the fd may be written behind the transport's back:
 server/sendloop.py.
 
@@ -57,7 +58,7 @@ from monotape.platform.model import Tick
 from monotape.platform.server import sendmany
 from monotape.platform.server.connection import Connection, WriteFailed
 from monotape.platform.server.sendloop import Failed, SendLoop
-from monotape.platform.server.sendmany import SendMany
+from monotape.platform.server.sendmany import SendMany, SendTable
 from monotape.platform.server.terminals import Terminals
 from monotape.platform.wire import codec
 
@@ -114,10 +115,17 @@ class Writer:
         native = sendmany.native(cfg.native_writer)
         self.sendloop: SendLoop | None = None if native is None else self.send_loop(native)
 
-    def send_loop(self, send_many: SendMany) -> SendLoop:
+    def send_loop(self, send_many: SendMany, table: SendTable | None = None) -> SendLoop:
         """A native send loop over ``send_many`` (tests pass sendmany.python_send_many: the
-        same loop through the fallback)."""
-        return SendLoop(send_many, self.terminals, self.cfg.write_high_water, self._written_now)
+        same loop through the fallback, or a table over modelled sockets)."""
+        return SendLoop(
+            send_many, self.terminals, self.cfg.write_high_water, self._written_now, table
+        )
+
+    def audit(self) -> tuple[int, list[str]] | None:
+        """The native send loop's table against the connections (``SendLoop.audit``), or None
+        when the transport path runs alone: the ``native_entries`` invariant."""
+        return None if self.sendloop is None else self.sendloop.audit()
 
     @property
     def native(self) -> bool:
@@ -153,7 +161,7 @@ class Writer:
         sendloop = self.sendloop
         try:
             if sendloop is not None:
-                # One send_group call per payload (server/sendloop.py); its terminals share
+                # One SendTable.send call per payload (server/sendloop.py); its terminals share
                 # one write latency, taken when the call returns.
                 send_frame = sendloop.send_frame
                 for wire, conn_ids, sig in plan.payloads:

@@ -1,15 +1,17 @@
-"""send_group against send_many on the same sockets, in one process: what the writer's
-per-terminal eligibility pass costs on top of the C send loop (issue 13: monotape-native within
-1.15x of c-floor).
+"""SendTable.send against send_many on the same sockets, in one process: what the writer's
+per-terminal pass costs on top of the C send loop (issue 13: monotape-native within 1.15x of
+c-floor).
 
 bench_fanout's figures carry every stage of a frame and the whole process, so on a shared box a
 change to the C pass drowns in the noise. Here the two loops run over the same loopback TCP
-sockets with real uvloop transports and websockets protocol objects (what ``send_group`` reads per
-terminal), in groups the size of the bench's signature groups, alternating rep by rep; the
-figure is thread CPU per terminal send (kernel included, as in bench_fanout), median over reps,
-and the ratio of the two from the same reps. The peers read between reps (not timed).
+sockets (accepted by real uvloop transports), in groups the size of the bench's signature
+groups, alternating rep by rep: ``send_many`` over each group's fds, and the table's ``send``
+over each group's handles (an entry per socket, its flags clear, its counts kept: what the
+writer's frame path does per terminal). The figure is thread CPU per terminal send (kernel
+included, as in bench_fanout), median over reps, and the ratio of the two from the same reps.
+The peers read between reps (not timed).
 
-    .venv/bin/python -m bench.fanout.bench_sendgroup [--connections 4200] [--reps 40]
+    .venv/bin/python -m bench.fanout.bench_sendtable [--connections 4200] [--reps 40]
     [--build PATH ...]   # other builds of _sendmany.so to compare (an A/B of a C change)
 """
 
@@ -23,43 +25,15 @@ import socket
 import statistics
 import sys
 import time
+from array import array
 from types import ModuleType
 from typing import Any
-
-from websockets.protocol import State
-from websockets.server import ServerProtocol
 
 from bench.common import Row, raise_nofile, row
 from monotape.platform.server import _sendmany
 
 GROUP = 16  # ~4,200 terminals over ~260 signatures
 PAYLOAD = b"\x82\x76" + bytes(118)  # a 120-byte framed payload, the bench's size
-
-
-class Conn:
-    """The attributes ``send_group`` reads, slotted like server/connection.py's ``Connection``."""
-
-    __slots__ = (
-        "bytes_sent",
-        "closing",
-        "conn_id",
-        "fd",
-        "frames_sent",
-        "protocol",
-        "protocol_state",
-        "transport",
-    )
-
-    def __init__(self, conn_id: int, transport: Any) -> None:
-        self.conn_id = conn_id
-        self.transport = transport
-        self.protocol = ServerProtocol()
-        self.protocol.state = State.OPEN
-        self.protocol_state = State.OPEN  # the mirror TerminalProtocol keeps on a Connection
-        self.fd = transport.get_extra_info("socket").fileno()
-        self.closing = False
-        self.frames_sent = 0
-        self.bytes_sent = 0
 
 
 class _Sink(asyncio.Protocol):
@@ -104,7 +78,8 @@ def _drain(peers: list[socket.socket]) -> None:
 
 def measure(connections: int, reps: int, builds: dict[str, Any]) -> dict[str, list[float]]:
     """Thread CPU µs per terminal send, per rep: ``send_many`` over the groups' fds, then each
-    build's ``send_group`` over the same connections, alternating; the peers read in between."""
+    build's ``SendTable.send`` over the same sockets' entries, alternating; the peers read in
+    between."""
     raise_nofile()
     loop: asyncio.AbstractEventLoop = asyncio.new_event_loop()
     with contextlib.suppress(ImportError):
@@ -115,24 +90,28 @@ def measure(connections: int, reps: int, builds: dict[str, Any]) -> dict[str, li
     _Sink.made = []
     transports, peers, server = loop.run_until_complete(_connect(connections))
     try:
-        conns = [Conn(i, t) for i, t in enumerate(transports)]
-        groups = [tuple(conns[i : i + GROUP]) for i in range(0, len(conns), GROUP)]
-        fd_groups = [[c.fd for c in g] for g in groups]
-        times: dict[str, list[float]] = {"send_many": [], **{f"send_group {k}": [] for k in builds}}
-        behind: set[int] = set()
+        fds = [t.get_extra_info("socket").fileno() for t in transports]
+        fd_groups = [fds[i : i + GROUP] for i in range(0, len(fds), GROUP)]
+        tables = {name: module.SendTable() for name, module in builds.items()}
+        handle_groups = {
+            name: [array("q", [table.add(fd, 0) for fd in group]) for group in fd_groups]
+            for name, table in tables.items()
+        }
+        times: dict[str, list[float]] = {"send_many": [], **{f"table {k}": [] for k in builds}}
         for _ in range(reps):
             t0 = time.thread_time_ns()
-            for fds in fd_groups:
-                if _sendmany.send_many(PAYLOAD, fds) is not None:
+            for group in fd_groups:
+                if _sendmany.send_many(PAYLOAD, group) is not None:
                     raise RuntimeError("a peer fell behind: its socket buffer is full")
-            times["send_many"].append((time.thread_time_ns() - t0) / len(conns) / 1e3)
+            times["send_many"].append((time.thread_time_ns() - t0) / len(fds) / 1e3)
             _drain(peers)
-            for name, module in builds.items():
+            for name, table in tables.items():
+                groups = handle_groups[name]
                 t0 = time.thread_time_ns()
-                for group in groups:
-                    if module.send_group(PAYLOAD, group, behind, State.OPEN) is not None:
+                for handles in groups:
+                    if table.send(PAYLOAD, handles) is not None:
                         raise RuntimeError("a peer fell behind: its socket buffer is full")
-                times[f"send_group {name}"].append((time.thread_time_ns() - t0) / len(conns) / 1e3)
+                times[f"table {name}"].append((time.thread_time_ns() - t0) / len(fds) / 1e3)
                 _drain(peers)
         return times
     finally:
@@ -152,7 +131,7 @@ def run(quick: bool = False) -> list[Row]:
         med = statistics.median(xs)
         out.append(
             row(
-                f"send_group vs send_many @ {connections:,} conns",
+                f"SendTable.send vs send_many @ {connections:,} conns",
                 name.removesuffix(" installed"),
                 med,
                 "µs/send",
