@@ -50,6 +50,7 @@ __all__ = [
     "IPC_SENT_ITEMS",
     "IPC_SENT_MESSAGES",
     "MAX_HZ_RETRIED",
+    "NATIVE_UNATTACHED",
     "NATIVE_WRITER",
     "NATS_BUS_PREFIX",
     "OUTBOX_FRAMES",
@@ -117,6 +118,9 @@ MAX_HZ_RETRIED = "monotape_max_hz_retried_total"
 BYTES_SENT = "monotape_bytes_sent_total"
 FRAME_PAYLOADS = "monotape_frame_payloads"
 NATIVE_WRITER = "monotape_native_writer"  # 1: frames go out through the native send loop
+# terminals served on the transport path alone: no descriptor left to duplicate their socket
+# for the native writer's table
+NATIVE_UNATTACHED = "monotape_native_unattached_total"
 OUTBOX_FRAMES = "monotape_outbox_frames"
 OUTBOX_FRAMES_MAX = "monotape_outbox_frames_max"
 PRIORITY_UPDATES_SENT = "monotape_priority_updates_sent_total"

@@ -548,8 +548,11 @@ async def _vanish_run() -> dict[str, Any]:
     assert all(c in desk.server.connections for c in other_ids)
     for term in others:  # the others never noticed
         assert not term.lost and check_stream(bytes(term.data))["Frame"] >= 8
+    desk.entries_agree()  # every vanished terminal's entry (and socket duplicate) is gone
+    assert len(loop.table) == 20
     out = dict(disconnects)
     await desk.server.stop()
+    assert len(loop.table) == 0  # the stop took every entry with its terminal
     return out
 
 

@@ -433,3 +433,39 @@ def test_the_audit_has_nothing_to_say_without_the_native_writer() -> None:
     server, _ = _server(False, [1 << 20], [[1]])
     assert server.writer.sendloop is None and server.writer.audit() is None
     assert NativeEntries(server.writer.audit).check().ok
+
+
+class _OutOfDescriptors(PySendTable):
+    """A table over the model whose next ``add`` meets EMFILE, as ``dup`` does at the limit."""
+
+    refuse = 0
+
+    def add(self, fd: int, flags: int, /) -> int:
+        if self.refuse:
+            self.refuse -= 1
+            raise OSError(errno.EMFILE, "Too many open files")
+        return super().add(fd, flags)
+
+
+def test_a_terminal_whose_socket_cannot_be_duplicated_is_served_and_counted() -> None:
+    """Out of descriptors (the entry costs one more): the terminal is admitted, left on the
+    transport path, counted; its stream is the Python path's; nothing is left registered."""
+    native, native_socks = _server(True, [1 << 20] * 2, [[1, 2]] * 2)
+    python, python_socks = _server(False, [1 << 20] * 2, [[1, 2]] * 2)
+    loop = native.writer.sendloop
+    assert loop is not None
+    table = _OutOfDescriptors(model_send_many(dict(enumerate(native_socks, 1))), own_fds=False)
+    table.refuse = 1
+    loop.table = table
+    native.terminals.use_table(table)
+    assert native.stats.native_unattached == 1 and len(table) == 1
+    streams = []
+    for server, socks in ((native, native_socks), (python, python_socks)):
+        for k in range(2, 6):
+            server.publish_frame(_frame(k, [1, 2], k))
+        streams.append([bytes(sock.kernel) for sock in socks])
+    assert streams[0] == streams[1] and all(streams[0])
+    assert loop.audit() == (0, [])
+    for cid in list(native.connections):
+        native.terminals.teardown(cid, Disconnect.CLOSED)
+    assert not native.connections and len(table) == 0

@@ -88,6 +88,12 @@ class FanoutCollector(Collector):
             value=int(s.writer.native),
         )
         yield _counter(
+            m.NATIVE_UNATTACHED,
+            "Terminals served on the transport path alone: their socket could not be "
+            "duplicated for the native writer's table (out of file descriptors).",
+            st.native_unattached,
+        )
+        yield _counter(
             m.SLOW_CONSUMER_DROPS,
             "Frames dropped from full outbound rings.",
             s.slow_consumer_drops(),

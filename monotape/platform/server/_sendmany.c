@@ -450,14 +450,24 @@ table_remove(SendTable *t, PyObject *arg)
     if (e == NULL) {
         return NULL;
     }
+    /* The tuple first (it may fail: then nothing changed), and no pointer into the slots kept
+       across it: an allocation can run a collection, and a finalizer another add (realloc). */
+    uint32_t slot = (uint32_t)(e - t->slots);
     PyObject *counts = Py_BuildValue("(LL)", (long long)e->frames, (long long)e->bytes);
     if (counts == NULL) {
         return NULL;
     }
+    e = &t->slots[slot];
+    if (e->fd < 0) { /* removed by that finalizer meanwhile */
+        return counts;
+    }
     close(e->fd);
     e->fd = -1;
-    e->gen = e->gen == UINT32_MAX >> 1 ? 1 : e->gen + 1; /* handles stay positive int64s */
-    t->free_slots[t->nfree++] = (uint32_t)(e - t->slots);
+    /* Handles stay positive int64s. A slot's generation wraps after 2^31 reuses; a group that
+       old is long gone (the writer drops a group unused for 25 frames, and rebuilds one whose
+       set changed, as a teardown's does). */
+    e->gen = e->gen == UINT32_MAX >> 1 ? 1 : e->gen + 1;
+    t->free_slots[t->nfree++] = slot;
     t->live--;
     return counts;
 }
@@ -551,8 +561,9 @@ table_send(SendTable *t, PyObject *const *args, Py_ssize_t nargs)
         result = Py_NewRef(Py_None);
         goto done;
     }
-    /* Records first (the stricter alignment), then per fd its slot and its handle's index. */
-    void *block = PyMem_RawMalloc((size_t)n * (sizeof(shortfall) + 2 * sizeof(uint32_t) +
+    /* Records first (the stricter alignment), then per fd its slot, its handle's index and
+       (for a shortfall) which fd it was. */
+    void *block = PyMem_RawMalloc((size_t)n * (sizeof(shortfall) + 3 * sizeof(uint32_t) +
                                                sizeof(int)));
     if (block == NULL) {
         PyErr_NoMemory();
@@ -561,7 +572,8 @@ table_send(SendTable *t, PyObject *const *args, Py_ssize_t nargs)
     shortfall *rec = (shortfall *)block;
     uint32_t *slot_of_fd = (uint32_t *)(rec + n);
     uint32_t *index_of_fd = slot_of_fd + n;
-    int *fds = (int *)(index_of_fd + n);
+    uint32_t *fd_of_short = index_of_fd + n;
+    int *fds = (int *)(fd_of_short + n);
     for (Py_ssize_t i = 0; i < n; i++) {
         entry *e = entry_of(t, handles[i]);
         if (e == NULL || e->flags != 0) {
@@ -605,6 +617,7 @@ table_send(SendTable *t, PyObject *const *args, Py_ssize_t nargs)
         if (s < nshort && sent_rec[s].index == k) {
             err = sent_rec[s].err;
             sent_rec[s].index = index_of_fd[k];
+            fd_of_short[s] = (uint32_t)k;
             s++;
         }
         if (err == 0 || err == EAGAIN || err == EWOULDBLOCK) {
@@ -615,6 +628,18 @@ table_send(SendTable *t, PyObject *const *args, Py_ssize_t nargs)
     }
     nrec += nshort;
     result = nrec == 0 ? Py_NewRef(Py_None) : build_result(rec, nrec);
+    if (result == NULL) {
+        /* No memory for the report: the entries that fell short cannot be told their rest, and
+           a partial send left half a WebSocket frame on their stream. Cut them: flagged
+           closing (no more sends from here) and their socket shut both ways, so the transport
+           meets the end and the terminal is torn down, never fed after a truncated frame. The
+           MemoryError goes to the caller. */
+        for (Py_ssize_t k = 0; k < nshort; k++) {
+            entry *e = &t->slots[slot_of_fd[fd_of_short[k]]];
+            e->flags |= FLAG_CLOSING;
+            shutdown(e->fd, SHUT_RDWR);
+        }
+    }
     PyMem_RawFree(block);
 
 done:

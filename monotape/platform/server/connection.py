@@ -128,7 +128,8 @@ class Connection:
         """Give this terminal an entry in ``table`` with its flags as they are now, and keep
         them from here on; False (no entry: the transport path always) when its socket is not
         ours to write (``fd`` -1), its protocol does not report its state changes, or its
-        connection does not report when its transport holds bytes (``track_queued``)."""
+        connection does not report when its transport holds bytes (``track_queued``). OSError
+        (no entry either) when its socket cannot be duplicated: EMFILE, out of descriptors."""
         track = getattr(self.ws, "track_queued", None)
         if self.fd < 0 or self._protocol_state is None or track is None or self.table is not None:
             return False

@@ -153,6 +153,18 @@ class TerminalSocket(ServerConnection):
         self.queued_mirror = mirror
         self.transport.set_write_buffer_limits(high=0, low=0)
 
+    def connection_lost(self, exc: Exception | None) -> None:
+        # The socket is gone for the transport: the entry goes now (its duplicate closes, so
+        # the peer gets the end at once, not at the teardown that follows the handler), and
+        # no send can follow. A transport that closed itself after a fatal error, without
+        # telling the protocol yet, is the one window left: a send there meets a dead socket
+        # (an errno: torn down by name) or writes whole frames the Python path would drop.
+        mirror = self.queued_mirror
+        if mirror is not None:
+            self.queued_mirror = None
+            mirror.detach()
+        super().connection_lost(exc)
+
     def pause_writing(self) -> None:
         mirror = self.queued_mirror
         if mirror is not None:

@@ -93,8 +93,8 @@ async def glass_loop(cfg: ServerConfig, terminals: Terminals, glass: StageRecord
             # writer, for an empty buffer), stalling the cohort's other pings behind it.
             if conn is None or not conn.writable or conn.transport.get_write_buffer_size():
                 continue
-            with contextlib.suppress(ConnectionClosed, RuntimeError):
-                waiters.append(await conn.ws.ping())
+            with contextlib.suppress(ConnectionClosed, RuntimeError, TimeoutError):
+                waiters.append(await asyncio.wait_for(conn.ws.ping(), PING_SEND_TIMEOUT_S))
         for waiter in waiters:
             with contextlib.suppress(TimeoutError, ConnectionClosed):
                 rtt_s = await asyncio.wait_for(waiter, cfg.glass_interval_s)

@@ -222,9 +222,10 @@ class SendLoop:
           own closes set ``closing`` before their teardown runs.
         - BEHIND follows ``Terminals.behind`` (a ``BehindSet``, which tells the connection).
         - the entry's fd is the table's own duplicate: while the entry lives (until the
-          teardown) the kernel cannot give that number to another connection, even when the
-          transport closed its own fd after a fatal error; a send to a socket that died is an
-          errno, and the terminal is torn down by name.
+          protocol's ``connection_lost``, or the teardown) the kernel cannot give that number
+          to another connection, even when the transport closed its own fd after a fatal error
+          it has not yet told the protocol about; a send to a socket that died is an errno,
+          and the terminal is torn down by name.
         - a handle removed since the group was built is another generation: not eligible,
           and ``_one`` skips the connection, gone from the registry."""
         groups = self._groups
@@ -251,15 +252,15 @@ class SendLoop:
             self.writes += len(conns)
             return len(conns)
         count = len(conns) - len(shortfalls)
-        short: list[Shortfall] = []
-        for item in shortfalls:
-            if item[2] == NOT_ELIGIBLE:
-                count += self._one(conns[item[0]], wire, failed)
-            else:
-                short.append(item)
-        self.writes += len(conns) - (len(shortfalls) - len(short))
+        short = [item for item in shortfalls if item[2] != NOT_ELIGIBLE]
+        self.writes += len(short) + count
+        # The rests first: a partial send's stream holds half a frame until its rest is with
+        # the transport, whatever a per-terminal path below raises.
         if short:  # the table counted the partial and blocked ones, not the refused ones
             count += len(short) - self._hand_off(wire, short, conns, failed, counted_refused=False)
+        for index, _, err in shortfalls:
+            if err == NOT_ELIGIBLE:
+                count += self._one(conns[index], wire, failed)
         return count
 
     def audit(self, limit: int = 20) -> tuple[int, list[str]]:

@@ -57,6 +57,9 @@ class FanoutStats:
         self.connections_total = 0
         self.frame_writes = 0  # frames handed to the kernel straight from publish_frame
         self.priority_writes = 0  # priority writes to the kernel, counted by flush_priority
+        # terminals left on the transport path: their socket could not be duplicated for the
+        # native writer's table (EMFILE)
+        self.native_unattached = 0
 
 
 class BehindSet(set[int]):
@@ -124,7 +127,7 @@ class Terminals:
         self.index.add_connection(conn.conn_id)
         self.stats.connections_total += 1
         if self.table is not None:
-            conn.attach(self.table, conn.conn_id in self.behind)
+            self._attach(conn, self.table)
 
     def use_table(self, table: SendTable | None) -> None:
         """Keep every connection's entry in ``table`` from now on (None: in none)."""
@@ -132,8 +135,16 @@ class Terminals:
             conn.detach()
         self.table = table
         if table is not None:
-            for cid, conn in self.connections.items():
-                conn.attach(table, cid in self.behind)
+            for conn in self.connections.values():
+                self._attach(conn, table)
+
+    def _attach(self, conn: Connection, table: SendTable) -> None:
+        """Its entry; a socket that cannot be duplicated (out of descriptors, a storm near the
+        limit: the entry costs one more) leaves the terminal on the transport path, counted."""
+        try:
+            conn.attach(table, conn.conn_id in self.behind)
+        except OSError:
+            self.stats.native_unattached += 1
 
     def _mark_behind(self, conn_id: int, behind: bool) -> None:
         conn = self.connections.get(conn_id)
