@@ -469,3 +469,28 @@ def test_a_terminal_whose_socket_cannot_be_duplicated_is_served_and_counted() ->
     for cid in list(native.connections):
         native.terminals.teardown(cid, Disconnect.CLOSED)
     assert not native.connections and len(table) == 0
+
+
+class _Closing(Transport):
+    def is_closing(self) -> bool:
+        return True
+
+
+def test_a_terminal_whose_transport_is_already_closing_gets_no_entry() -> None:
+    """Its transport may have released the fd, and the kernel may have given the number to a
+    newer connection: the table must never duplicate it (the terminal keeps the Python path)."""
+    server, _ = _server(True, [1 << 20], [[1]])
+    loop = server.writer.sendloop
+    assert loop is not None
+    transport = _Closing(Socket(1 << 20))
+    conn = Connection(
+        2,
+        native_ws(transport, transport.track, ("127.0.0.1", 2)),
+        outbox_frames=8,
+        high_water=HIGH_WATER,
+        opened_ns=0,
+    )
+    conn.fd = 2
+    server.terminals.admit(conn)
+    assert conn.table is None and conn.handle == -1 and len(loop.table) == 1
+    assert server.stats.native_unattached == 0  # not a shortage: nothing to count

@@ -126,12 +126,17 @@ class Connection:
     # -- the native writer's entry ---------------------------------------------------------
     def attach(self, table: SendTable, behind: bool) -> bool:
         """Give this terminal an entry in ``table`` with its flags as they are now, and keep
-        them from here on; False (no entry: the transport path always) when its socket is not
-        ours to write (``fd`` -1), its protocol does not report its state changes, or its
-        connection does not report when its transport holds bytes (``track_queued``). OSError
-        (no entry either) when its socket cannot be duplicated: EMFILE, out of descriptors."""
+        them from here on. False (no entry: the transport path always) when its socket is not
+        ours to write (``fd`` -1), its protocol does not report its state changes, its
+        connection does not report when its transport holds bytes (``track_queued``), or its
+        transport is already closing. OSError (no entry either) when its socket cannot be
+        duplicated: EMFILE, out of descriptors."""
         track = getattr(self.ws, "track_queued", None)
         if self.fd < 0 or self._protocol_state is None or track is None or self.table is not None:
+            return False
+        # A transport already closing may have released its fd, and the kernel may have given
+        # that number to a newer connection: never duplicate it then.
+        if self.transport.is_closing():
             return False
         self.handle = table.add(self.fd, self.expected_flags(behind))
         self.table = table
