@@ -82,6 +82,10 @@ def test_the_same_client_check_passes_on_both_paths(
         assert line.group(1).startswith("python (native writer switched off)"), line.group(1)
     assert server.metric_sum(m.NATIVE_WRITER) == (1.0 if native else 0.0)
     asyncio.run(_client_check(server))
+    # the counter is exported (a counter family drops its _total), and no terminal here
+    # went without its entry
+    assert m.NATIVE_UNATTACHED.removesuffix("_total") in server.metric_families()
+    assert server.metric_sum(m.NATIVE_UNATTACHED) == 0.0
     # and when they all leave at once, each is named as on the other path: the SDK's close
     # "closed", the raw sockets' FIN (then a reset, for frames still coming) "connection_lost"
     deadline = time.monotonic() + 60.0
