@@ -386,7 +386,8 @@ HEALTH = Dashboard(
         ),
         Panel(
             "file descriptors",
-            "Open fds against the limit (one per terminal, plus a few). Log scale.",
+            "Open fds against the limit: two per terminal with the native writer (its socket "
+            "and the writer's duplicate of it), one without, plus a few. Log scale.",
             "short",
             (
                 Target(Gauge(m.PROCESS_OPEN_FDS), "open"),
