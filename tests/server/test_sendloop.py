@@ -372,10 +372,9 @@ def _churn(native: bool) -> tuple[list[bytes], int]:
     extra = Socket(1 << 20)
     transport = Transport(extra)
     if loop is not None:  # the model's sockets now include the newcomer's
-        loop.table = PySendTable(
-            model_send_many({**dict(enumerate(socks, 1)), 4: extra}), own_fds=False
+        server.terminals.use_table(
+            PySendTable(model_send_many({**dict(enumerate(socks, 1)), 4: extra}), own_fds=False)
         )
-        server.terminals.use_table(loop.table)
     conn = Connection(
         4,
         native_ws(transport, transport.track, ("127.0.0.1", 4)),
@@ -456,7 +455,6 @@ def test_a_terminal_whose_socket_cannot_be_duplicated_is_served_and_counted() ->
     assert loop is not None
     table = _OutOfDescriptors(model_send_many(dict(enumerate(native_socks, 1))), own_fds=False)
     table.refuse = 1
-    loop.table = table
     native.terminals.use_table(table)
     assert native.stats.native_unattached == 1 and len(table) == 1
     streams = []

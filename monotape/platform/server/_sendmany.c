@@ -284,8 +284,8 @@ done:
 
    The duplicate is what makes a stale entry harmless: while the entry lives the fd number stays
    ours, so the kernel cannot hand it to a newer connection even after the transport closed its
-   own (the transport's close releases the socket only once the entry goes too, at the
-   connection's teardown). A removed entry's generation moves on, so a group built before the
+   own (the transport's close releases the socket only once the entry goes too: at the
+   protocol's connection_lost, or the connection's teardown). A removed entry's generation moves on, so a group built before the
    removal meets a stale handle and reports it not eligible, never another terminal's socket.
 
    One thread: add and remove refuse to run while a send (GIL released) is in progress. */

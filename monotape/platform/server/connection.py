@@ -197,25 +197,21 @@ class Connection:
         self._protocol_state = state
         self._flag(FLAG_NOT_OPEN, state is not State.OPEN)
 
+    def count(self, frames: int, size: int) -> None:
+        """Messages and bytes the Python paths wrote (negative: a count taken back); the
+        native sends are counted in the table's entry, and ``frames_sent`` adds the two."""
+        self._frames += frames
+        self._bytes += size
+
     @property
     def frames_sent(self) -> int:
         table = self.table
         return self._frames + (table.counts(self.handle)[0] if table is not None else 0)
 
-    @frames_sent.setter
-    def frames_sent(self, frames: int) -> None:
-        table = self.table
-        self._frames = frames - (table.counts(self.handle)[0] if table is not None else 0)
-
     @property
     def bytes_sent(self) -> int:
         table = self.table
         return self._bytes + (table.counts(self.handle)[1] if table is not None else 0)
-
-    @bytes_sent.setter
-    def bytes_sent(self, sent: int) -> None:
-        table = self.table
-        self._bytes = sent - (table.counts(self.handle)[1] if table is not None else 0)
 
     @property
     def writable(self) -> bool:
@@ -228,8 +224,7 @@ class Connection:
             self.transport.write(wire)
         except Exception as exc:  # uvloop raises RuntimeError after write_eof
             raise WriteFailed(str(exc)) from exc
-        self.frames_sent += 1
-        self.bytes_sent += len(wire)
+        self.count(1, len(wire))
 
     def deliver(self, wire: bytes, published_ns: int = 0) -> bool:
         """Send now (True), or queue in the bounded ring when the terminal is behind (False):

@@ -119,9 +119,9 @@ class SendLoop:
     ) -> None:
         self.send_many = send_many  # the extension's; tests may pass the Python twin
         # Every terminal's entry (fd, flags, counts): the extension's table for its send_many,
-        # else the twin (tests may hand one over modelled sockets).
-        self.table = new_table(send_many) if table is None else table
-        terminals.use_table(self.table)
+        # else the twin (tests may hand one over modelled sockets). Terminals owns it: its
+        # entries follow admit and teardown.
+        terminals.use_table(new_table(send_many) if table is None else table)
         # group key -> (the connection-id set it was built from, its connections, their
         # entries' handles, last frame)
         self._groups: dict[
@@ -135,6 +135,13 @@ class SendLoop:
         self.handoffs = 0  # ...of which a part or nothing: the rest went to the transport
         self.partials = 0  # ...of which a part: the kernel took the payload's first bytes
         self.failures = 0  # sends the kernel refused: torn down
+
+    @property
+    def table(self) -> SendTable:
+        """The terminals' table (``Terminals.table``), which this loop sends through."""
+        table = self.terminals.table
+        assert table is not None, "the send loop's table was taken from the terminals"
+        return table
 
     def send(
         self,
@@ -181,8 +188,7 @@ class SendLoop:
             if written is None:  # behind its transport's back: gathered for send_many
                 fds.append(conn.fd)
                 batch.append(conn)
-                conn.frames_sent += 1  # counted now; a refused send takes it back (_hand_off)
-                conn.bytes_sent += size
+                conn.count(1, size)  # counted now; a refused send takes it back (_hand_off)
             elif written:
                 count += 1
                 if stamp is not None:
@@ -193,8 +199,7 @@ class SendLoop:
             shortfalls = self.send_many(wire, fds)
         except BaseException:  # raised before any send (bad arguments): take the counts back
             for conn in batch:
-                conn.frames_sent -= 1
-                conn.bytes_sent -= size
+                conn.count(-1, -size)
             raise
         sent = len(fds)
         if shortfalls is not None:
@@ -325,8 +330,7 @@ class SendLoop:
             conn.closing = True
             failed.append((cid, Disconnect.WRITE_ERROR))
             return False
-        conn.frames_sent += 1
-        conn.bytes_sent += len(wire)
+        conn.count(1, len(wire))
         return True
 
     def _hand_off(
@@ -362,8 +366,7 @@ class SendLoop:
                 counted = counted_refused
             conn.closing = True  # nothing more for it until the loop's teardowns run
             if counted:
-                conn.frames_sent -= 1
-                conn.bytes_sent -= size
+                conn.count(-1, -size)
             failed.append((conn.conn_id, reason))
             lost += 1
         return lost

@@ -223,8 +223,7 @@ class Writer:
                     conn.closing = True  # nothing more for it in this loop
                     failed.append((cid, Disconnect.WRITE_ERROR))
                     continue
-                conn.frames_sent += 1
-                conn.bytes_sent += size
+                conn.count(1, size)
                 record(now_ns() - published)
             if len(latencies) > before:
                 written_sigs.append(sig)
