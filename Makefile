@@ -8,6 +8,7 @@ STAMP := $(VENV)/.installed
 
 # setup.py and the C sources too: pip rebuilds the native extensions in place (issues 12, 13).
 NATIVE_SOURCES := monotape/platform/server/_sendmany.c monotape/platform/core/_fields.c \
+  monotape/platform/core/_payloads.c \
   monotape/platform/wire/_records.c monotape/platform/ring/_table.c
 $(STAMP): pyproject.toml setup.py $(NATIVE_SOURCES)
 	$(PYTHON) -m venv $(VENV)
@@ -74,6 +75,9 @@ native-sanitize: $(STAMP)
 	$(SANITIZE_CC) monotape/platform/core/_fields.c -o $(SANITIZE_DIR)/_fields.so
 	$(SANITIZE_RUN) FIELDS_SANITIZED_BUILD=$(SANITIZE_DIR)/_fields.so \
 	  $(SANITIZE_PYTEST) tests/core/test_fields.py
+	$(SANITIZE_CC) monotape/platform/core/_payloads.c -o $(SANITIZE_DIR)/_payloads.so
+	$(SANITIZE_RUN) PAYLOADS_SANITIZED_BUILD=$(SANITIZE_DIR)/_payloads.so \
+	  $(SANITIZE_PYTEST) tests/core/test_payloads.py
 	$(SANITIZE_CC) monotape/platform/wire/_records.c -o $(SANITIZE_DIR)/_records.so
 	$(SANITIZE_RUN) RECORDS_SANITIZED_BUILD=$(SANITIZE_DIR)/_records.so \
 	  $(SANITIZE_PYTEST) tests/wire/test_records_native.py

@@ -1,12 +1,14 @@
 """The native extensions: the send loop (monotape/platform/server/_sendmany.c), the stage
-recorder's field read (monotape/platform/core/_fields.c), the record encoders
-(monotape/platform/wire/_records.c) and the snapshot table's puts
-(monotape/platform/ring/_table.c); everything else is in pyproject.toml.
+recorder's field read (monotape/platform/core/_fields.c), the frame's payloads per signature
+(monotape/platform/core/_payloads.c), the record encoders (monotape/platform/wire/_records.c)
+and the snapshot table's puts (monotape/platform/ring/_table.c); everything else is in
+pyproject.toml.
 
 Each extension is optional so that a machine without a C compiler still installs and runs the
 pure-Python fallbacks (monotape.platform.server.sendmany, monotape.platform.core.fields,
-monotape.platform.wire.records, monotape.platform.ring.table). Under CI=true a failed build
-fails the install instead: otherwise CI would quietly compare Python with Python.
+monotape.platform.core.payloads, monotape.platform.wire.records, monotape.platform.ring.table).
+Under CI=true a failed build fails the install instead: otherwise CI would quietly compare
+Python with Python.
 """
 
 import os
@@ -45,6 +47,7 @@ setup(
     ext_modules=[
         native("platform.server._sendmany"),
         native("platform.core._fields"),
+        native("platform.core._payloads"),
         native("platform.wire._records"),
         native("platform.ring._table"),
     ],

@@ -7,6 +7,10 @@ over 2,400 instruments with skewed activity (Zipf s=0.8 over symbols, the hot on
 over the universe). Each frame's changed symbols go through ``plan_payloads``; the figure is the
 median over frames of the number of payloads built (and, beside it, the writes they serve).
 
+A second row times what the writer does with them: ``SubscriptionIndex.frame_payloads``, every
+signature's framed FRAME built in one call, native (``core/_payloads.c``) against its pure-Python
+twin (``python_frame_payloads``, the peer) on the same frames, the two alternated frame by frame.
+
     .venv/bin/python -m bench.fanout.bench_payloads [--quick]
 """
 
@@ -20,6 +24,7 @@ from itertools import accumulate
 
 from bench.common import Row, print_rows, row
 from monotape.loadgen.watchlists import describe_distribution, zipf_watchlists
+from monotape.platform.core import payloads as planning
 from monotape.platform.core.fanout import SubscriptionIndex, plan_payloads
 
 __all__ = ["run"]
@@ -57,12 +62,19 @@ def run(quick: bool = False) -> list[Row]:
     writes: list[int] = []
     dirty_counts: list[int] = []
     plan_us: list[float] = []
-    for _ in range(frames):
+    built_us: dict[str, list[float]] = {"python": [], "native": []}
+    impls = {"python": planning.python_frame_payloads, "native": planning.frame_payloads}
+    for frame_no in range(frames):
         dirty = set(rng.choices(hot, cum_weights=cum, k=per_frame))
         chunks = dict.fromkeys(dirty, chunk)
         t0 = time.perf_counter_ns()
         plan = plan_payloads(chunks, index)
         plan_us.append((time.perf_counter_ns() - t0) / 1_000)
+        order = ("python", "native") if frame_no % 2 else ("native", "python")
+        for name in order if planning.NATIVE else ("python",):
+            t0 = time.perf_counter_ns()
+            index.frame_payloads(frame_no, chunks, impls[name])
+            built_us[name].append((time.perf_counter_ns() - t0) / 1_000)
         payloads.append(len(plan))
         writes.append(sum(len(index.connections(sig)) for sig in plan))
         dirty_counts.append(len(dirty))
@@ -86,8 +98,37 @@ def run(quick: bool = False) -> list[Row]:
                 f"{len(VENUES)} venues; activity Zipf s=0.8 over symbols at {TICKS_PER_S:,} "
                 "ticks/s"
             ),
-        )
+        ),
+        *_built_rows(built_us, conns, index.signatures(), frames),
     ]
+
+
+def _built_rows(
+    built_us: dict[str, list[float]], conns: int, signatures: int, frames: int
+) -> list[Row]:
+    """µs per frame to build every signature's payload, the twin as the peer."""
+    peer = statistics.median(built_us["python"])
+    rows = []
+    for name, label in (("python", "python twin (peer)"), ("native", "native (_payloads.c)")):
+        values = built_us[name]
+        if not values:  # not built: no native row to show
+            continue
+        median = statistics.median(values)
+        rows.append(
+            row(
+                "building a frame's payloads",
+                label,
+                median,
+                "µs/frame",
+                lo=min(values),
+                hi=max(values),
+                ratio=median / peer,
+                peer="python twin",
+                note=f"{conns:,} connections, {signatures} signatures, {frames} frames, "
+                "alternated frame by frame",
+            )
+        )
+    return rows
 
 
 if __name__ == "__main__":

@@ -27,6 +27,8 @@ import struct
 from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
+from monotape.platform.core.payloads import FramePayloads, frame_payloads, group_chunks
+
 __all__ = [
     "RateGroup",
     "RateGroups",
@@ -238,6 +240,14 @@ class SubscriptionIndex:
     def members(self, sig: int) -> frozenset[int]:
         """The iids of signature ``sig`` (empty if no connection has it)."""
         return self._members.get(sig, frozenset())
+
+    def frame_payloads(
+        self, frame_no: int, chunks: Mapping[int, bytes], plan: FramePayloads = frame_payloads
+    ) -> dict[int, bytes]:
+        """Signature -> its framed FRAME of ``chunks`` (iid -> encoded record), for every
+        signature watching one of them, by ``plan`` over the index's own sets
+        (``core/payloads.py``: native when built; its twin in tests and benches)."""
+        return plan(frame_no, chunks, self._sigs_of_iid)
 
     def connections(self, sig: int) -> set[int]:
         """The connections with signature ``sig`` (a copy)."""
@@ -504,17 +514,4 @@ def plan_payloads(chunks: Mapping[int, bytes], index: SubscriptionIndex) -> dict
     signatures), so the cost is Σ over changed iids of the signatures holding them: no
     per-connection work, whatever the connection count.
     """
-    sigs_of_iid = index._sigs_of_iid
-    out: dict[int, list[bytes]] = {}
-    for iid in sorted(chunks):
-        sigs = sigs_of_iid.get(iid)
-        if not sigs:
-            continue
-        chunk = chunks[iid]
-        for sig in sigs:
-            lst = out.get(sig)
-            if lst is None:
-                out[sig] = [chunk]
-            else:
-                lst.append(chunk)
-    return out
+    return group_chunks(chunks, index._sigs_of_iid)

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from monotape.platform.core.conflation import Frame
-from monotape.platform.core.fanout import SubscriptionIndex, plan_payloads
+from monotape.platform.core.fanout import SubscriptionIndex
 from monotape.platform.core.snapshots import FailureSink, SnapshotCache, Snapshots
 from monotape.platform.wire import codec
 
@@ -272,12 +272,10 @@ def plan_chunks(
     paced = bool(index.rates())
     connections = index.paced_connections if paced else index.shared_connections
     payloads: list[tuple[bytes, AbstractSet[int], int]] = []
-    for sig, sig_chunks in plan_payloads(chunks, index).items():
+    for sig, payload in index.frame_payloads(frame_no, chunks).items():
         conns = connections(sig)
-        if not conns:  # held only by slower terminals: their k-boundary serves it
-            continue
-        header = codec.frame_header(frame_no, len(sig_chunks))
-        payloads.append((codec.ws_binary_frame(header + b"".join(sig_chunks)), conns, sig))
+        if conns:  # else held only by slower terminals: their k-boundary serves it
+            payloads.append((payload, conns, sig))
     # The chunks in no 25 Hz payload: one set operation against what the index keeps of the
     # symbols only slower terminals watch (measured before: 36 µs a frame walking the
     # left-out signatures at 1,000 terminals, one in ten paced).
