@@ -189,6 +189,129 @@ def test_what_the_native_one_does_not_cover_gives_the_twin_s_answer(
     )
 
 
+def _mutating_cases() -> list[tuple[str, Any]]:
+    """Inputs whose keys run Python code when compared: each builds fresh dicts, because the
+    code mutates them. The native planner must not touch them (a borrowed set freed under it
+    was a crash), so it hands them to the twin untouched: the same answer, once."""
+
+    def freeing_key() -> tuple[Any, Any]:
+        # shares int 1's hash; compared with it, it empties groups_of (frees the set of iid 1)
+        armed = [False]  # armed once the dicts are built (building them compares too)
+        groups_of: dict[Any, Any] = {1: {5, 6}}
+
+        class Freeing:
+            def __hash__(self) -> int:
+                return 1
+
+            def __eq__(self, other: object) -> bool:
+                if armed[0]:
+                    armed[0] = False
+                    groups_of.clear()
+                return False
+
+            def __lt__(self, other: object) -> bool:
+                return False
+
+            def __gt__(self, other: object) -> bool:
+                return True
+
+        chunks = {Freeing(): b"b", 1: b"a"}
+        armed[0] = True
+        return chunks, groups_of
+
+    def popping_key() -> tuple[Any, Any]:
+        # a groups_of key sharing int 2's hash, popping chunks[2] when compared
+        chunks = {1: b"a", 2: b"b"}
+        armed = [False]
+
+        class Popping:
+            def __hash__(self) -> int:
+                return 2
+
+            def __eq__(self, other: object) -> bool:
+                if armed[0]:
+                    armed[0] = False
+                    chunks.pop(2, None)
+                return False
+
+        groups_of = {Popping(): {9}, 1: {7}, 2: {7}}
+        armed[0] = True
+        return chunks, groups_of
+
+    return [("a key that frees a set", freeing_key), ("a key that pops a chunk", popping_key)]
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize(
+    "case", [c[1] for c in _mutating_cases()], ids=[c[0] for c in _mutating_cases()]
+)
+def test_keys_that_run_python_code_get_the_twin_s_answer_once(impl: str, case: Any) -> None:
+    def outcome(fn: FramePayloads) -> Any:
+        chunks, groups_of = case()
+        try:
+            return fn(1, chunks, groups_of)
+        except Exception as exc:
+            return type(exc)
+
+    assert outcome(IMPLS[impl]) == outcome(python_frame_payloads)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_comparisons_run_as_often_as_in_the_twin(impl: str) -> None:
+    calls: list[int] = []
+
+    class Counted:
+        def __lt__(self, other: object) -> bool:
+            calls.append(1)
+            return False
+
+        def __gt__(self, other: object) -> bool:
+            calls.append(1)
+            return True
+
+    def run(fn: FramePayloads) -> tuple[dict[int, bytes], int]:
+        calls.clear()
+        got = fn(1, {1: b"a", Counted(): b"b", 3: b"c"}, {1: {7}, 3: {7}})  # type: ignore[dict-item]
+        return got, len(calls)
+
+    assert run(IMPLS[impl]) == run(python_frame_payloads)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_an_odd_item_at_a_later_iid_after_a_partial_plan(impl: str) -> None:
+    """The native pass has placed chunks when it meets what it does not cover: the twin's
+    answer all the same."""
+    chunks: dict[Any, Any] = {i: bytes([i]) for i in range(1, 50)}
+    groups_of: dict[Any, Any] = {i: {i % 5, 100} for i in range(1, 50)}
+    for late in ({"sig"}, {True}, [3], None):
+        odd = dict(groups_of)
+        odd[40] = late
+        assert IMPLS[impl](3, chunks, odd) == python_frame_payloads(3, chunks, odd)
+    odd_chunks = dict(chunks)
+    odd_chunks[45] = bytearray(b"x")
+    assert IMPLS[impl](3, odd_chunks, groups_of) == python_frame_payloads(3, odd_chunks, groups_of)
+    mixed = {True: b"t", 2: b"b"}  # a bool key: sorted and looked up as 1, by the twin
+    assert IMPLS[impl](3, mixed, {1: {4}, 2: {4}}) == python_frame_payloads(
+        3, mixed, {1: {4}, 2: {4}}
+    )
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_keywords_are_refused_by_both(impl: str) -> None:
+    with pytest.raises(TypeError):
+        IMPLS[impl](1, {1: b"a"}, groups_of={1: {3}})  # type: ignore[call-arg]
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_many_records_in_one_payload(impl: str) -> None:
+    """Record counts past one uvarint byte (128, 16,384), frame numbers past 14 bits."""
+    for count, frame_no in ((127, 2**14), (128, 2**21 + 1), (16_384, 2**63)):
+        chunks = {i: b"r" for i in range(count)}
+        groups_of = {i: {1} for i in range(count)}
+        got = IMPLS[impl](frame_no, chunks, groups_of)
+        assert got == python_frame_payloads(frame_no, chunks, groups_of)
+
+
 BAD: list[tuple[str, Any, Any, Any, type[BaseException]]] = [
     ("a negative frame number", -1, {1: b"a"}, {1: {3}}, ValueError),
     ("a frame number past uint64", 2**64, {1: b"a"}, {1: {3}}, ValueError),

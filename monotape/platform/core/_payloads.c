@@ -16,10 +16,10 @@
    and one allocation per payload: the first finds each signature's count and length, the
    second copies every chunk straight into its payloads.
 
-   What it covers: an int frame_no in 0 .. 2**64-1, dicts for chunks and groups_of, int iids
-   and signatures, exact bytes chunks and set or frozenset groups (no Python code runs
-   mid-plan). Anything else goes to the bound fallback (the twin),
-   which gives the same result or the same exception. */
+   What it covers: an int frame_no in 0 .. 2**64-1, exact dicts for chunks and groups_of with
+   int keys, exact bytes chunks, exact set or frozenset groups of int signatures, positional
+   arguments. No Python code runs while it plans, so anything else goes, untouched, to the
+   bound fallback (the twin), which gives the same result or the same exception. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
@@ -188,10 +188,32 @@ place(Plan *plan, PyObject *sig, Py_hash_t hash, PyObject *chunk)
     return 1;
 }
 
-/* Pass one over ascending iids: 1 planned; 0 not for us; -1 an exception is set. */
+/* 1 if every key of dict is an exact int (and, with bytes_values, every value exact bytes). */
+static int
+int_keyed(PyObject *dict, int bytes_values)
+{
+    Py_ssize_t pos = 0;
+    PyObject *key, *value;
+    while (PyDict_Next(dict, &pos, &key, &value)) {
+        if (!PyLong_CheckExact(key) || (bytes_values && !PyBytes_CheckExact(value))) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* Pass one over ascending iids: 1 planned; 0 not for us; -1 an exception is set.
+
+   Both dicts are checked to hold only int keys first (the index's own ~2,400 keys: a few us),
+   so the sort and every lookup compare ints in C: no Python code runs in the whole pass (a
+   key's __eq__ or __lt__ could otherwise free a borrowed set, or change what the fallback
+   then reads), and a fallback always starts from the caller's untouched input. */
 static int
 plan_groups(Plan *plan, PyObject *chunks, PyObject *groups_of)
 {
+    if (!int_keyed(chunks, 1) || !int_keyed(groups_of, 0)) {
+        return 0;
+    }
     PyObject *iids = PyDict_Keys(chunks);
     if (iids == NULL) {
         return -1;
@@ -202,10 +224,6 @@ plan_groups(Plan *plan, PyObject *chunks, PyObject *groups_of)
     }
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(iids); i++) {
         PyObject *iid = PyList_GET_ITEM(iids, i);
-        if (!PyLong_CheckExact(iid)) {
-            rc = 0; /* a key of another type: its hash could run Python code mid-plan */
-            goto done;
-        }
         PyObject *sigs = PyDict_GetItemWithError(groups_of, iid);
         if (sigs == NULL) {
             if (PyErr_Occurred()) {
@@ -220,9 +238,11 @@ plan_groups(Plan *plan, PyObject *chunks, PyObject *groups_of)
         if (PySet_GET_SIZE(sigs) == 0) {
             continue;
         }
-        PyObject *chunk = PyDict_GetItemWithError(chunks, iid);
-        if (chunk == NULL || !PyBytes_CheckExact(chunk)) {
-            rc = PyErr_Occurred() ? -1 : 0;
+        PyObject *chunk = PyDict_GetItemWithError(chunks, iid); /* there: it is one of its keys */
+        if (chunk == NULL) {
+            if (!PyErr_Occurred()) {
+                PyErr_SetObject(PyExc_KeyError, iid);
+            }
             goto done;
         }
         Py_ssize_t pos = 0;

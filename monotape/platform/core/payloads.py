@@ -53,8 +53,10 @@ def python_frame_payloads(
     frame_no: int,
     chunks: Mapping[int, bytes],
     groups_of: Mapping[int, set[int] | frozenset[int]],
+    /,
 ) -> dict[int, bytes]:
-    """The pure-Python ``frame_payloads``: same arguments, same results, same exceptions."""
+    """The pure-Python ``frame_payloads``: same (positional) arguments, same results, same
+    exceptions."""
     return {
         sig: ws_binary_frame(frame_header(frame_no, len(records)) + b"".join(records))
         for sig, records in group_chunks(chunks, groups_of).items()
