@@ -78,6 +78,11 @@ native-sanitize: $(STAMP)
 	$(SANITIZE_CC) monotape/platform/core/_payloads.c -o $(SANITIZE_DIR)/_payloads.so
 	$(SANITIZE_RUN) PAYLOADS_SANITIZED_BUILD=$(SANITIZE_DIR)/_payloads.so \
 	  $(SANITIZE_PYTEST) tests/core/test_payloads.py
+	# the set walk Python 3.13 builds (an iterator over each set of signatures), on this Python
+	$(SANITIZE_CC) -DPAYLOADS_SET_ITERATOR monotape/platform/core/_payloads.c \
+	  -o $(SANITIZE_DIR)/_payloads_iter.so
+	$(SANITIZE_RUN) PAYLOADS_SANITIZED_BUILD=$(SANITIZE_DIR)/_payloads_iter.so \
+	  $(SANITIZE_PYTEST) tests/core/test_payloads.py
 	$(SANITIZE_CC) monotape/platform/wire/_records.c -o $(SANITIZE_DIR)/_records.so
 	$(SANITIZE_RUN) RECORDS_SANITIZED_BUILD=$(SANITIZE_DIR)/_records.so \
 	  $(SANITIZE_PYTEST) tests/wire/test_records_native.py

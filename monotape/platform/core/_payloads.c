@@ -202,23 +202,87 @@ int_keyed(PyObject *dict, int bytes_values)
     return 1;
 }
 
+/* The next (signature, hash) of a set of signatures: 1, or 0 at its end (no exception).
+   Before 3.13 the set's own entries with their cached hashes; from 3.13 on, where
+   _PySet_NextEntry left the public API, an iterator over it (a set iterator runs no Python
+   code) and the hash of an exact int (its value, computed in C; anything else is placed by
+   nobody: place() refuses it before the hash would be used). PAYLOADS_SET_ITERATOR builds the
+   3.13 path on an older Python too, so `make native-sanitize` runs both. */
+#if PY_VERSION_HEX >= 0x030D0000 || defined(PAYLOADS_SET_ITERATOR)
+#define SET_WALK_ITERATOR 1
+#endif
+
+typedef struct {
+#ifdef SET_WALK_ITERATOR
+    PyObject *it;
+#else
+    PyObject *set;
+    Py_ssize_t pos;
+#endif
+} SetWalk;
+
+static int
+set_walk_start(SetWalk *walk, PyObject *set)
+{
+#ifdef SET_WALK_ITERATOR
+    walk->it = PyObject_GetIter(set);
+    return walk->it == NULL ? -1 : 0;
+#else
+    walk->set = set;
+    walk->pos = 0;
+    return 0;
+#endif
+}
+
+static int
+set_walk_next(SetWalk *walk, PyObject **sig, Py_hash_t *hash)
+{
+#ifdef SET_WALK_ITERATOR
+    PyObject *item = PyIter_Next(walk->it); /* new reference; the set still holds it */
+    if (item == NULL) {
+        return 0;
+    }
+    Py_DECREF(item);
+    *sig = item;
+    *hash = PyLong_CheckExact(item) ? PyObject_Hash(item) : -1;
+    return 1;
+#else
+    return _PySet_NextEntry(walk->set, &walk->pos, sig, hash);
+#endif
+}
+
+static void
+set_walk_end(SetWalk *walk)
+{
+#ifdef SET_WALK_ITERATOR
+    Py_CLEAR(walk->it);
+#else
+    (void)walk;
+#endif
+}
+
 /* Pass one over ascending iids: 1 planned; 0 not for us; -1 an exception is set.
 
-   Both dicts are checked to hold only int keys first (the index's own ~2,400 keys: a few us),
-   so the sort and every lookup compare ints in C: no Python code runs in the whole pass (a
-   key's __eq__ or __lt__ could otherwise free a borrowed set, or change what the fallback
-   then reads), and a fallback always starts from the caller's untouched input. */
+   The keys are listed first, then both dicts are checked to hold only int keys (the index's
+   own ~2,400 keys: a few us) and chunks only bytes values, so the sort and every lookup
+   compare ints in C: no Python code runs in the whole pass (a key's __eq__ or __lt__ could
+   otherwise free a borrowed set, or change what the fallback then reads), and a fallback
+   always starts from the caller's untouched input. The list comes first because building it
+   allocates a tracked object, and on 3.11 that can start a collection whose finalizers or
+   gc.callbacks run Python code: after the checks nothing in the pass allocates one (the
+   plan's arrays are C memory), and each chunk is still checked to be bytes where it is read. */
 static int
 plan_groups(Plan *plan, PyObject *chunks, PyObject *groups_of)
 {
-    if (!int_keyed(chunks, 1) || !int_keyed(groups_of, 0)) {
-        return 0;
-    }
     PyObject *iids = PyDict_Keys(chunks);
     if (iids == NULL) {
         return -1;
     }
-    int rc = -1;
+    int rc = 0;
+    if (!int_keyed(chunks, 1) || !int_keyed(groups_of, 0)) {
+        goto done;
+    }
+    rc = -1;
     if (PyList_Sort(iids) < 0) {
         goto done;
     }
@@ -238,22 +302,30 @@ plan_groups(Plan *plan, PyObject *chunks, PyObject *groups_of)
         if (PySet_GET_SIZE(sigs) == 0) {
             continue;
         }
-        PyObject *chunk = PyDict_GetItemWithError(chunks, iid); /* there: it is one of its keys */
-        if (chunk == NULL) {
-            if (!PyErr_Occurred()) {
-                PyErr_SetObject(PyExc_KeyError, iid);
-            }
+        PyObject *chunk = PyDict_GetItemWithError(chunks, iid);
+        if (chunk == NULL || !PyBytes_CheckExact(chunk)) {
+            /* gone or changed since the check: the dict was edited under us, by no code of
+               this pass; the twin reads it as it is now */
+            rc = PyErr_Occurred() ? -1 : 0;
             goto done;
         }
-        Py_ssize_t pos = 0;
+        SetWalk walk;
+        if (set_walk_start(&walk, sigs) < 0) {
+            goto done;
+        }
         PyObject *sig;
         Py_hash_t hash;
-        while (_PySet_NextEntry(sigs, &pos, &sig, &hash)) {
-            int placed = place(plan, sig, hash, chunk);
-            if (placed <= 0) {
-                rc = placed;
-                goto done;
-            }
+        int placed = 1;
+        while (placed > 0 && set_walk_next(&walk, &sig, &hash)) {
+            placed = place(plan, sig, hash, chunk);
+        }
+        set_walk_end(&walk);
+        if (placed <= 0) {
+            rc = placed;
+            goto done;
+        }
+        if (PyErr_Occurred()) { /* the iterator's own failure */
+            goto done;
         }
     }
     rc = 1;
