@@ -122,6 +122,7 @@ def host_banner(host: Host, cfg: Config, ready: bool) -> str:
         f"  symbols    monotape symbols{dd}   (keys a terminal can subscribe to)\n"
         f"  data dir   {Path(cfg.data_dir).resolve()}\n"
         f"  run dir    {host.run_dir}\n"
+        f"  writer     {describe(cfg.server.native_writer)} (server.native_writer, every writer)\n"
         "  logs       here on stderr, every process's, each line naming its process\n"
         f"  processes  (pid)\n{tree}\n"
         "Ctrl-C stops it (processes in reverse start order; Ctrl-C again kills them at once)."

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import signal
 import urllib.error
 import urllib.request
@@ -20,6 +21,7 @@ from typing import Any
 import pytest
 import websockets
 
+from monotape import metric_names as m
 from monotape.config import available_cores
 from monotape.dashboards.panels import DASHBOARDS
 from monotape.loadgen.launch import launch
@@ -84,6 +86,14 @@ def test_the_default_is_the_host_and_its_banner_says_what_listens(host: RunningS
         assert f"\n  {what}" in banner, what
     assert f"ws://127.0.0.1:{host.ws_port}/" in banner
     assert f"http://127.0.0.1:{host.admin_port}/dashboards" in banner
+    # which send path the writers run (issue 13), as the gauge says it for each writer process
+    line = re.search(r"\n  writer     (native|python \(.+\)) \(server.native_writer", banner)
+    assert line is not None, banner
+    native = 1.0 if line.group(1).startswith("native") else 0.0
+    family = host.metric_families()[m.NATIVE_WRITER]
+    by_process = {s.labels.get("process"): s.value for s in family.samples}
+    assert set(by_process) == {f"writer-{i}" for i in range(writers)}, by_process
+    assert set(by_process.values()) == {native}, by_process
 
 
 async def test_the_timeline_names_each_process_gc_pauses(host: RunningServer) -> None:
