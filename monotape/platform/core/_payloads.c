@@ -225,7 +225,11 @@ static int
 set_walk_start(SetWalk *walk, PyObject *set)
 {
 #ifdef SET_WALK_ITERATOR
+    /* the iterator is a tracked allocation: held across it, the set outlives any collection
+       it starts (on 3.11, where this path is only the sanitizer's build) */
+    Py_INCREF(set);
     walk->it = PyObject_GetIter(set);
+    Py_DECREF(set);
     return walk->it == NULL ? -1 : 0;
 #else
     walk->set = set;
@@ -302,15 +306,18 @@ plan_groups(Plan *plan, PyObject *chunks, PyObject *groups_of)
         if (PySet_GET_SIZE(sigs) == 0) {
             continue;
         }
+        SetWalk walk;
+        if (set_walk_start(&walk, sigs) < 0) {
+            goto done;
+        }
+        /* read after the walk started (which may allocate): nothing from here to place()
+           allocates a tracked object, so the borrowed chunk stays the dict's */
         PyObject *chunk = PyDict_GetItemWithError(chunks, iid);
         if (chunk == NULL || !PyBytes_CheckExact(chunk)) {
             /* gone or changed since the check: the dict was edited under us, by no code of
                this pass; the twin reads it as it is now */
+            set_walk_end(&walk);
             rc = PyErr_Occurred() ? -1 : 0;
-            goto done;
-        }
-        SetWalk walk;
-        if (set_walk_start(&walk, sigs) < 0) {
             goto done;
         }
         PyObject *sig;
