@@ -226,7 +226,13 @@ def build_parser() -> argparse.ArgumentParser:
     tape.add_argument("keys", nargs="+", metavar="KEY", help="venue-qualified keys, e.g. XNAS:AAPL")
     tape.add_argument("--url", help=URL_HELP)
     add_token_flag(tape)
-    tape.add_argument("--priority", nargs="*", metavar="KEY", help="mark keys as order-ticket")
+    # one key per flag, repeatable: a list-taking flag would swallow the keys typed after it
+    tape.add_argument(
+        "--priority",
+        action="append",
+        metavar="KEY",
+        help="put KEY in an order ticket (its ticks at once, not conflated); repeat for more",
+    )
     tape.add_argument("--count", type=positive_int, help="stop after N updates")
     tape.add_argument(
         "--max-hz",

@@ -8,7 +8,7 @@ reads a flag, and fails on a bad one, the same way.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Literal, NoReturn, TypeAlias, TypeVar
 
 from monotape.loops import run_loop
@@ -38,6 +38,18 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        """A subcommand refuses a flag it does not know itself, so the message names its own
+        help (``monotape run --bogus``: see monotape run --help); argparse would hand the
+        leftovers up to ``monotape``, whose help does not list the subcommand's flags. A
+        subcommand's prog is its parent's plus its name: "monotape run", "monotape load churn"."""
+        parsed, extras = super().parse_known_args(args, namespace)
+        if extras and " " in self.prog:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed, extras
 
 
 # A string: argparse's action class is generic for the type checker only.

@@ -15,7 +15,9 @@ import asyncio
 import contextlib
 import os
 import shlex
+import shutil
 import signal
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
@@ -35,6 +37,7 @@ __all__ = [
     "DEFAULT_DATA_DIR",
     "NODE_ONLY",
     "banner",
+    "cli_word",
     "host_banner",
     "node_only_reason",
     "process_model",
@@ -70,21 +73,36 @@ def banner(node: Node, cfg: Config, fallback: str | None = None) -> str:
     # Absolute: the hint must work from any directory, which is where a new user runs it.
     where = shlex.quote(str(Path(cfg.data_dir).resolve()))
     dd = "" if cfg.data_dir == DEFAULT_DATA_DIR else f" --data-dir {where}"
+    cli = cli_word()
     return (
         f"monotape is running: {len(node.universe)} instruments, {source}\n"
-        f"  terminals  ws://{host}:{node.ws_port}/      (try: monotape tape{dd} {example})\n"
+        f"  terminals  ws://{host}:{node.ws_port}/      (try: {cli} tape{dd} {example})\n"
         f"  metrics    http://{host}:{node.admin_port}/metrics\n"
         f"  health     http://{host}:{node.admin_port}/healthz\n"
         f"  admin      http://{host}:{node.admin_port}/admin/  "
-        f"(Authorization: Bearer $(monotape token{dd} --sub you --admin))\n"
+        f"(Authorization: Bearer $({cli} token{dd} --sub you --admin))\n"
         f"  dashboards http://{host}:{node.admin_port}/dashboards  (sign in with an admin token)\n"
         f"  watchlist  http://{host}:{node.admin_port}/watchlist  ({_watchlist_sign_in(cfg)})\n"
-        f"  symbols    monotape symbols{dd} [PATTERN]\n"
+        f"  symbols    {cli} symbols{dd} [PATTERN]\n"
         f"  data dir   {Path(cfg.data_dir).resolve()}\n"
         f"  writer     {describe(cfg.server.native_writer)} (server.native_writer)\n"
         f"  processes  {processes}\n"
         "Ctrl-C stops it (drains terminals first; Ctrl-C again closes them at once)."
     )
+
+
+def cli_word(which: Callable[[str], str | None] = shutil.which) -> str:
+    """How this installation's ``monotape`` is started from any directory, as the banner prints
+    it: the bare name when the shell finds this very script on its PATH, else the script's
+    absolute path (``make run`` runs the venv's, and a new user's shell has no activated venv:
+    a bare ``monotape`` would be "command not found" there), else ``python -m monotape``."""
+    script = Path(sys.executable).parent / "monotape"  # the venv's bin, symlinks not followed
+    found = which("monotape")
+    if found is not None and script.exists() and Path(found).resolve() == script.resolve():
+        return "monotape"
+    if script.exists():
+        return shlex.quote(str(script.absolute()))
+    return f"{shlex.quote(sys.executable)} -m monotape"
 
 
 def _writers(host: Host) -> str:
@@ -97,6 +115,7 @@ def host_banner(host: Host, cfg: Config, ready: bool) -> str:
     h = cfg.server.host
     where = shlex.quote(str(Path(cfg.data_dir).resolve()))
     dd = "" if cfg.data_dir == DEFAULT_DATA_DIR else f" --data-dir {where}"
+    cli = cli_word()
     roles: dict[str, list[str]] = {}
     for s in host.table.slots.values():
         roles.setdefault(s.role, []).append(f"{s.name}={s.pid}" if s.pid else s.name)
@@ -111,15 +130,15 @@ def host_banner(host: Host, cfg: Config, ready: bool) -> str:
         f"monotape is running: {len(host.specs)} processes under host pid {host.pid} "
         f"({_writers(host)} the WebSocket port)\n"
         f"{warning}"
-        f"  terminals  ws://{h}:{host.ws_port}/      (try: monotape tape{dd} XNAS:AAPL)\n"
+        f"  terminals  ws://{h}:{host.ws_port}/      (try: {cli} tape{dd} XNAS:AAPL)\n"
         f"  metrics    http://{h}:{host.admin_port}/metrics   (every process: label process)\n"
         f"  health     http://{h}:{host.admin_port}/healthz   (503 while a process is down)\n"
         f"  admin      http://{h}:{host.admin_port}/admin/  "
-        f"(Authorization: Bearer $(monotape token{dd} --sub you --admin))\n"
+        f"(Authorization: Bearer $({cli} token{dd} --sub you --admin))\n"
         f"  processes  http://{h}:{host.admin_port}/admin/processes  (the same token)\n"
         f"  dashboards http://{h}:{host.admin_port}/dashboards  (sign in with an admin token)\n"
         f"  watchlist  http://{h}:{host.admin_port}/watchlist  ({_watchlist_sign_in(cfg)})\n"
-        f"  symbols    monotape symbols{dd}   (keys a terminal can subscribe to)\n"
+        f"  symbols    {cli} symbols{dd}   (keys a terminal can subscribe to)\n"
         f"  data dir   {Path(cfg.data_dir).resolve()}\n"
         f"  run dir    {host.run_dir}\n"
         f"  writer     {describe(cfg.server.native_writer)} (server.native_writer, every writer)\n"

@@ -152,9 +152,18 @@ def run_report(args: argparse.Namespace, data_dir: str, *, now_ms: int | None = 
     except ReportArgumentError as exc:
         print(f"monotape hdr report: error: {exc}", file=sys.stderr)
         return 2
-    directory = Path(args.dir) if getattr(args, "dir", None) else Path(data_dir) / "hdr"
+    given = getattr(args, "dir", None)
+    directory = Path(given) if given else Path(data_dir) / "hdr"
     if not directory.is_dir():
-        print(f"monotape hdr report: error: --dir: no such directory: {directory}", file=sys.stderr)
+        # blame what the user gave: --dir, or the data dir it defaulted from (run elsewhere
+        # than beside the node, the default ./.monotape is not the node's)
+        where = (
+            f"--dir: no such directory: {directory}"
+            if given
+            else f"no interval logs at {directory.resolve()}: name the node's data dir "
+            "(--data-dir DIR or MONOTAPE_DATA_DIR; monotape run prints it) or --dir"
+        )
+        print(f"monotape hdr report: error: {where}", file=sys.stderr)
         return 2
     result = query(directory, args.stage, start, end)
     empty = result.count == 0

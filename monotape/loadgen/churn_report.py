@@ -3,10 +3,11 @@
 
 from __future__ import annotations
 
-import sys
 from typing import Final
 
 import msgspec
+
+from monotape.loadgen.report import write_progress
 
 __all__ = ["ChurnProgress", "ChurnReport", "Tally", "print_progress"]
 
@@ -57,11 +58,10 @@ class ChurnReport(msgspec.Struct, frozen=True):
 
 def print_progress(p: ChurnProgress) -> None:
     """The live progress line on stderr (a ``progress`` callback for the CLI)."""
-    sys.stderr.write(
-        f"\rchurn {p.elapsed_s:6.1f}s  open {p.open:5d}  opened {p.opened:6d}"
+    write_progress(
+        f"churn {p.elapsed_s:6.1f}s  open {p.open:5d}  opened {p.opened:6d}"
         f"  closed {p.closed:6d}  rst {p.rst:5d}  errors {p.errors:4d}  skipped {p.skipped:4d}"
     )
-    sys.stderr.flush()
 
 
 class Tally:

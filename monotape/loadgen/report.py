@@ -17,6 +17,7 @@ __all__ = [
     "percentile",
     "print_progress",
     "summarize",
+    "write_progress",
 ]
 
 
@@ -79,15 +80,25 @@ class LoadProgress(msgspec.Struct, frozen=True):
     loop_lag_s: float | None = None  # the server's, from /metrics (with an admin URL)
 
 
+def write_progress(line: str) -> None:
+    """One progress line on stderr: rewritten in place on a terminal (``\\r``), a line of its
+    own anywhere else, so a log or a CI transcript gets one line a second, not one line that
+    holds the whole run."""
+    if sys.stderr.isatty():
+        sys.stderr.write(f"\r{line}")
+    else:
+        sys.stderr.write(f"{line}\n")
+    sys.stderr.flush()
+
+
 def print_progress(p: LoadProgress) -> None:
     """The live progress line on stderr (the default ``progress`` callback of ``run_load``)."""
     lag = f"  lag {p.loop_lag_s * 1000:6.1f}ms" if p.loop_lag_s is not None else ""
-    sys.stderr.write(
-        f"\rload {p.elapsed_s:6.1f}s  connected {p.connected:6d}  connecting {p.connecting:5d}"
+    write_progress(
+        f"load {p.elapsed_s:6.1f}s  connected {p.connected:6d}  connecting {p.connecting:5d}"
         f"  backoff {p.backing_off:5d}  503s {p.rejected:6d}  retries {p.retries:6d}"
         f"  first-frames {p.first_frames:6d}  errors {p.errors:4d}{lag}"
     )
-    sys.stderr.flush()
 
 
 class LoadReport(msgspec.Struct, frozen=True, kw_only=True):

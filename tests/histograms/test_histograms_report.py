@@ -88,6 +88,19 @@ def test_bad_flags_exit_2_naming_the_flag(
     assert f"error: {flag}:" in err
 
 
+def test_a_missing_directory_blames_what_was_given(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Run away from the node, the default data dir is not its: the message says where it
+    looked and how to name the node's, and blames --dir only when --dir was given."""
+    assert run_report(parse("--stage", "write"), str(tmp_path / ".monotape")) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--dir:" not in err and str(tmp_path / ".monotape" / "hdr") in err, err
+    assert "--data-dir DIR or MONOTAPE_DATA_DIR" in err and len(err.splitlines()) == 1
+    assert run_report(parse("--stage", "write", "--dir", str(tmp_path / "x")), "/nonexistent") == 2
+    assert capsys.readouterr().err.startswith("monotape hdr report: error: --dir: no such dir")
+
+
 def test_stage_is_required() -> None:
     with pytest.raises(SystemExit) as exc:
         parse("--last", "40s")

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import io
 import json
 import random
+import sys
 from pathlib import Path
 
 import msgspec
@@ -27,6 +29,7 @@ from monotape.loadgen import (
     storm_trace,
     summarize,
 )
+from monotape.loadgen.report import write_progress
 from monotape.loadgen.worker import last_gap
 
 TRACES = Path(__file__).parents[1] / "traces"
@@ -296,3 +299,23 @@ def test_refusal_never_shows_the_token() -> None:
             storm_trace(terminals=10, duration_s=10, releases=()),
         )
     assert "SECRET" not in str(info.value)
+
+
+class _Stderr(io.StringIO):
+    def __init__(self, tty: bool) -> None:
+        super().__init__()
+        self.tty = tty
+
+    def isatty(self) -> bool:
+        return self.tty
+
+
+@pytest.mark.parametrize("tty", [True, False], ids=["terminal", "log"])
+def test_progress_rewrites_a_terminal_line_and_appends_to_a_log(
+    monkeypatch: pytest.MonkeyPatch, tty: bool
+) -> None:
+    err = _Stderr(tty)
+    monkeypatch.setattr(sys, "stderr", err)
+    write_progress("load 1.0s")
+    write_progress("load 2.0s")
+    assert err.getvalue() == ("\rload 1.0s\rload 2.0s" if tty else "load 1.0s\nload 2.0s\n")
