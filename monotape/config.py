@@ -31,6 +31,7 @@ __all__ = [
     "ServerConfig",
     "SimulatorConfig",
     "available_cores",
+    "invalid_field",
     "load_config",
 ]
 
@@ -276,6 +277,20 @@ _RULES: Final[dict[str, str]] = {
 }
 
 _AT = re.compile(r"\s*-\s*at `\$\.?([^`]*)`\s*$")
+# A __post_init__ names its field first ("server.keepalive_interval_s must be ...", "log_level
+# 'loud' is not ..."): msgspec places the error at the struct, the message at the field.
+_NAMED = re.compile(r"([a-z_][a-z0-9_.]*) ")
+
+
+def invalid_field(exc: msgspec.ValidationError) -> tuple[str, str]:
+    """msgspec's "Expected `int` <= 65535 - at `$.server.ws_port`" as ``("server.ws_port",
+    "Expected `int` <= 65535")``: the field's dotted path ("" when msgspec names none) and what
+    is wrong with it, so a caller can name the field in its own words (a flag, a file line)."""
+    text = str(exc)
+    match = _AT.search(text)
+    if not match:
+        return "", text
+    return match.group(1).replace("[", ".").replace("]", ""), text[: match.start()]
 
 
 def _set_path(tree: dict[str, Any], dotted: str, value: Any) -> None:
@@ -284,6 +299,51 @@ def _set_path(tree: dict[str, Any], dotted: str, value: Any) -> None:
     for part in parts[:-1]:
         node = node.setdefault(part, {})
     node[parts[-1]] = value
+
+
+def _holds(doc: Any, dotted: str) -> bool:
+    for part in dotted.split("."):
+        if not isinstance(doc, dict) or part not in doc:
+            return False
+        doc = doc[part]
+    return True
+
+
+def _overlaps(a: str, b: str) -> bool:  # setting either dotted path replaces the other's value
+    return a == b or a.startswith(b + ".") or b.startswith(a + ".")
+
+
+def _line_of(text: str, dotted: str) -> int | None:
+    """The line of the TOML document ``text`` defining ``dotted``. tomllib keeps no positions,
+    and a scanner would have to know dotted tables, dotted, quoted and inline keys: parse ever
+    longer runs of lines instead. The first run holding the key ends with its statement, which
+    starts after the longest shorter run that parses (none stops inside a multi-line string or
+    array). Quadratic in the lines, and only run on an error: a config is ~100 lines."""
+    lines = text.split("\n")  # TOML's newline; str.splitlines also splits on \x0c and others
+    parsed = 0  # the longest run so far that parses without the key
+    for end in range(1, len(lines) + 1):
+        try:
+            doc = tomllib.loads("\n".join(lines[:end]))
+        except tomllib.TOMLDecodeError:
+            continue
+        if _holds(doc, dotted):
+            return parsed + 1
+        parsed = end
+    return None
+
+
+def _in_file(toml_path: str | None, text: str, dotted: str, elsewhere: set[str]) -> str | None:
+    """``file:line`` (or ``file``) if the value refused at ``dotted`` came from the file, None if
+    a variable or a flag set any of it. A field the file lacks is still its doing when only the
+    file changed the field's struct: a check across fields (``__post_init__``) passes defaults."""
+    if not toml_path or not dotted or any(_overlaps(dotted, other) for other in elsewhere):
+        return None
+    line = _line_of(text, dotted)
+    if line is not None:
+        return f"{toml_path}:{line}"
+    struct = dotted.rpartition(".")[0]
+    alone = bool(struct) and not any(_overlaps(struct, other) for other in elsewhere)
+    return toml_path if alone and _holds(tomllib.loads(text), struct) else None
 
 
 def load_config(
@@ -295,12 +355,15 @@ def load_config(
 
     ``env``: ``MONOTAPE_SERVER__WS_PORT=9000`` sets ``server.ws_port`` (``__`` separates levels);
     ``MONOTAPE_DATA_DIR`` sets ``data_dir``. ``overrides`` maps dotted paths to values (flags).
+    A refused value names its source: ``file:line: field: why``, or the variable's name.
     """
     tree: dict[str, Any] = {}
+    document = ""
     if toml_path:
         try:
-            tree = tomllib.loads(Path(toml_path).read_text())
-        except (OSError, tomllib.TOMLDecodeError) as exc:
+            document = Path(toml_path).read_text(encoding="utf-8")  # TOML is UTF-8 (its spec)
+            tree = tomllib.loads(document)
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
             raise ConfigError(f"config file {toml_path}: {exc}") from exc
     from_env: dict[str, str] = {}
     for name, raw in (env or {}).items():
@@ -309,28 +372,29 @@ def load_config(
         dotted = name.removeprefix("MONOTAPE_").lower().replace("__", ".")
         from_env[dotted] = name
         _set_path(tree, dotted, raw)
+    from_flags: set[str] = set()
     for dotted, value in (overrides or {}).items():
         if value is not None:
+            from_flags.add(dotted)
+            from_env.pop(dotted, None)  # the flag's value is the one validated, not the variable's
             _set_path(tree, dotted, value)
     try:
         # strict=False: environment values arrive as strings ("9000" -> 9000).
         return msgspec.convert(tree, Config, strict=False)
     except msgspec.ValidationError as exc:
         # msgspec says "Expected `int` <= 65535 - at `$.server.ws_port`": lead with the field.
-        text = str(exc)
-        match = _AT.search(text)
-        path = match.group(1).replace("[", ".").replace("]", "") if match else ""
-        if match:
-            text = text[: match.start()]
+        path, text = invalid_field(exc)
         unknown = re.search(r"unknown field `([^`]*)`", text)
+        named = _NAMED.match(text)
         if unknown:
             path = f"{path}.{unknown.group(1)}" if path else unknown.group(1)
             text = "no such setting"
-        elif not path and text.startswith("log_level "):
-            path, text = "log_level", text.removeprefix("log_level ")
+        elif named and named.group(1).startswith(path):
+            path, text = named.group(1), text[named.end() :]
         if path in _RULES:  # msgspec's words for a union ("Invalid enum value") name no choice
             text = _RULES[path]
         if path in from_env:
             text += f" (environment variable {from_env[path]})"
         where = f"{path}: " if path else ""
-        raise ConfigError(f"invalid configuration: {where}{text}", path) from exc
+        source = _in_file(toml_path, document, path, {*from_env, *from_flags})
+        raise ConfigError(f"{source or 'invalid configuration'}: {where}{text}", path) from exc

@@ -84,3 +84,80 @@ def test_config_imports_nothing_of_the_product() -> None:
         for alias in node.names
     ]
     assert not [name for name in imported if name and name.startswith("monotape.platform")]
+
+
+@pytest.mark.parametrize(
+    ("document", "line", "path"),
+    [
+        ('[server]\nws_port = "abc"\n', 2, "server.ws_port"),
+        ("# ports\n\n[server]\nhost = '0.0.0.0'\nws_port = 70000\n", 5, "server.ws_port"),
+        ('[host]\nwriters = "two"\n', 2, "host.writers"),
+        ('data_dir = "d"\nlog_level = "loud"\n', 2, "log_level"),
+        ('server.ws_port = "abc"\n', 1, "server.ws_port"),
+        (
+            '[feeds]\nreplay = """\n[server]\nws_port = 1\n"""\n[server]\nws_port = "q"\n',
+            7,
+            "server.ws_port",
+        ),
+        ("[server]\nws_prot = 1\n", 2, "server.ws_prot"),
+        ("[server]\nkeepalive_interval_s = 0.5\n", 2, "server.keepalive_interval_s"),
+    ],
+    ids=["table", "range", "union", "top-level", "dotted-key", "multi-line", "unknown", "check"],
+)
+def test_a_bad_value_in_the_file_names_the_file_and_its_line(
+    tmp_path: Path, document: str, line: int, path: str
+) -> None:
+    toml = tmp_path / "monotape.toml"
+    toml.write_text(document)
+    with pytest.raises(ConfigError) as err:
+        load_config(str(toml), {})
+    text = str(err.value)
+    assert text.startswith(f"{toml}:{line}: {path}: "), text
+    assert "\n" not in text and "$." not in text
+
+
+def test_the_file_is_named_without_a_line_for_a_field_it_does_not_hold(tmp_path: Path) -> None:
+    # max_queued_bytes keeps its default; the file's write_high_water is what breaks the check
+    toml = tmp_path / "monotape.toml"
+    toml.write_text("[server]\nwrite_high_water = 4194304\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(str(toml), {})
+    assert str(err.value).startswith(f"{toml}: server.max_queued_bytes: ")
+
+
+def test_a_value_from_the_environment_or_a_flag_never_blames_the_file(tmp_path: Path) -> None:
+    toml = tmp_path / "monotape.toml"
+    toml.write_text('[server]\nws_port = "abc"\nadmin_port = 8081\n')
+    # the variable replaces the file's bad value, which is then never validated
+    assert load_config(str(toml), {"MONOTAPE_SERVER__WS_PORT": "9000"}).server.ws_port == 9000
+    env = {"MONOTAPE_SERVER__ADMIN_PORT": "70000"}
+    with pytest.raises(ConfigError) as err:
+        load_config(str(toml), env, {"server.ws_port": 9000})
+    assert str(err.value) == (
+        "invalid configuration: server.admin_port: Expected `int` <= 65535 "
+        "(environment variable MONOTAPE_SERVER__ADMIN_PORT)"
+    )
+    # a flag's value is the one refused: neither the file nor the variable it overrides
+    with pytest.raises(ConfigError) as err:
+        load_config(str(toml), env, {"server.admin_port": 70000, "server.ws_port": 1})
+    assert str(err.value) == "invalid configuration: server.admin_port: Expected `int` <= 65535"
+
+
+@pytest.mark.parametrize(
+    ("content", "says"),
+    [
+        (b"[server]\nws_port = \n", "Invalid value (at line 2, column 11)"),
+        (b"\xff\xfe", "can't decode"),
+        (None, "No such file"),
+    ],
+    ids=["syntax", "not-utf-8", "missing"],
+)
+def test_a_file_that_cannot_be_read_is_named(
+    tmp_path: Path, content: bytes | None, says: str
+) -> None:
+    toml = tmp_path / "monotape.toml"
+    if content is not None:
+        toml.write_bytes(content)
+    with pytest.raises(ConfigError) as err:
+        load_config(str(toml), {})
+    assert str(err.value).startswith(f"config file {toml}: ") and says in str(err.value)

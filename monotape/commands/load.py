@@ -13,11 +13,17 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 
-from monotape.commands.clientside import admin_url, client_token, connect_failure, terminal_url
+from monotape.commands.clientside import (
+    ClientError,
+    admin_url,
+    client_token,
+    connect_failure,
+    terminal_url,
+)
 from monotape.commands.flags import (
     URL_HELP,
     SubParsers,
@@ -27,12 +33,14 @@ from monotape.commands.flags import (
     positive_int,
     run_loop,
 )
-from monotape.config import Config
+from monotape.config import Config, invalid_field
 from monotape.loadgen import LoadConfig
 
 __all__ = ["add_churn", "add_replay", "add_soak", "churn", "replay", "soak"]
 
 _WRITERS_RULE = "must be 0..16, got {text}"
+
+S = TypeVar("S", bound=msgspec.Struct)
 
 
 def churn(args: argparse.Namespace, cfg: Config) -> int:
@@ -46,15 +54,11 @@ def churn(args: argparse.Namespace, cfg: Config) -> int:
 
     if args.writers is not None:
         return _churn_own_node(args)
+    knobs = _knobs(args, ChurnConfig)  # a bad flag first: it needs no node and no dev key
     url = terminal_url(args.url, cfg)
     token, minted = client_token(args.token, cfg, sub="monotape-churn")
     try:
-        knobs_ok = msgspec.convert(_given(args, ChurnConfig), ChurnConfig)
-    except msgspec.ValidationError as exc:
-        print(f"monotape load churn: {exc}", file=sys.stderr)
-        return 2
-    try:
-        report = run_loop(run_churn(url, knobs_ok, print_progress, token=token))
+        report = run_loop(run_churn(url, knobs, print_progress, token=token))
     except ChurnFailed as exc:  # refused, or nothing listening: the reason and what to do
         raise connect_failure(url, exc.failure, cfg, minted) from None
     except ChurnRefused as exc:
@@ -74,20 +78,15 @@ def _churn_own_node(args: argparse.Namespace) -> int:
     if args.url:
         print("monotape load churn: --writers starts its own node; drop --url", file=sys.stderr)
         return 2
-    try:
-        knobs = msgspec.convert(_given(args, ChurnConfig), ChurnConfig)
-        plan = SoakConfig(
-            writers=args.writers,
-            churn=knobs,
-            warmup_s=3.0,
-            settle_s=8.0,  # 4 invariant checks at 2 s
-            sample_every_s=2.0,
-            report_every_s=10.0,
-            invariant_interval_s=2.0,
-        )
-    except msgspec.ValidationError as exc:
-        print(f"monotape load churn: {exc}", file=sys.stderr)
-        return 2
+    plan = SoakConfig(
+        writers=args.writers,
+        churn=_knobs(args, ChurnConfig),
+        warmup_s=3.0,
+        settle_s=8.0,  # 4 invariant checks at 2 s
+        sample_every_s=2.0,
+        report_every_s=10.0,
+        invariant_interval_s=2.0,
+    )
     try:
         verdict = run_loop(run_soak(plan, sys.stderr))
     except RuntimeError as exc:  # the node did not start
@@ -177,10 +176,23 @@ def _given(args: argparse.Namespace, struct: type[msgspec.Struct]) -> dict[str, 
     }
 
 
+def _knobs(args: argparse.Namespace, struct: type[S], **derived: Any) -> S:
+    """The knobs of ``struct`` the command line gave, and ``derived`` ones, as ``struct``. A
+    value a field refuses names its flag, as argparse names a flag it refuses: msgspec's
+    "at `$.duration_s`" is the struct's word for ``--duration-s`` (``_add_knobs``)."""
+    given = _given(args, struct)
+    try:
+        return msgspec.convert({**given, **derived}, struct)
+    except msgspec.ValidationError as exc:
+        field, why = invalid_field(exc)
+        if field not in given or field in derived:  # not a flag's value: msgspec's own words
+            raise ClientError(str(exc)) from None
+        flag = "--" + field.replace("_", "-")
+        raise ClientError(f"argument {flag}: {why}, got {given[field]}") from None
+
+
 def _load_knobs(args: argparse.Namespace, cfg: Config) -> LoadConfig:
-    knobs = _given(args, LoadConfig)
-    knobs["admin_url"] = admin_url(knobs.get("admin_url"), cfg)
-    return msgspec.convert(knobs, LoadConfig)
+    return _knobs(args, LoadConfig, admin_url=admin_url(args.admin_url, cfg))
 
 
 def replay(args: argparse.Namespace, cfg: Config) -> int:
@@ -198,6 +210,7 @@ def replay(args: argparse.Namespace, cfg: Config) -> int:
     )
     from monotape.loadgen.harness import LoadFailed
 
+    load = _load_knobs(args, cfg)  # a bad flag first: it needs no node and no dev key
     bare = terminal_url(args.url, cfg)
     token, minted = client_token(args.token, cfg, sub="monotape-load")
     url = bare
@@ -205,7 +218,6 @@ def replay(args: argparse.Namespace, cfg: Config) -> int:
         url += ("&" if "?" in url else "?") + "token=" + quote(token)
     name = f"monotape load {args.load_command}"
     try:
-        load = _load_knobs(args, cfg)
         if args.load_command == "storm":
             trace = storm_trace(
                 terminals=args.terminals,

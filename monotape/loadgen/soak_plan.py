@@ -15,7 +15,7 @@ import msgspec
 from msgspec import Meta
 
 from monotape import metric_names as m
-from monotape.config import HostConfig
+from monotape.config import HostConfig, invalid_field
 from monotape.loadgen.churn import ChurnConfig
 from monotape.loadgen.launch import Samples, parse_samples
 
@@ -288,24 +288,36 @@ def config_from_namespace(args: argparse.Namespace) -> SoakConfig:
     when the flags are absent); SystemExit naming the knob when a value is out of range."""
     hours = args.hours if args.hours is not None else _env_float("HOURS")
     rate = args.rate if args.rate is not None else _env_float("RATE")
-    fields: Mapping[str, object] = {
-        "hours": hours if hours is not None else 1.0,
-        "rate_multiple": rate if rate is not None else 1.3,
-        "writers": args.writers,
-        "report_every_s": args.report_every,
-        "sample_every_s": args.sample_every,
-        "settle_s": args.settle,
-        "warmup_s": args.warmup,
-        "rst_share": args.rst_share,
-        "arrival_rate_per_s": args.arrival_rate,
-        "mean_session_s": args.mean_session,
-        "max_connections": args.max_connections,
-        "server_rate": args.server_rate,
-        "invariant_interval_s": args.invariant_interval,
-        "seed": args.seed,
-        "data_dir": args.data_dir,
+    # Each field with where it came from, so that a value msgspec refuses names its flag (or
+    # variable) rather than the field: "--report-every", not "$.report_every_s".
+    given: Mapping[str, tuple[str, object]] = {
+        "hours": (
+            "argument --hours" if args.hours is not None else "environment variable HOURS",
+            hours if hours is not None else 1.0,
+        ),
+        "rate_multiple": (
+            "argument --rate" if args.rate is not None else "environment variable RATE",
+            rate if rate is not None else 1.3,
+        ),
+        "writers": ("argument --writers", args.writers),
+        "report_every_s": ("argument --report-every", args.report_every),
+        "sample_every_s": ("argument --sample-every", args.sample_every),
+        "settle_s": ("argument --settle", args.settle),
+        "warmup_s": ("argument --warmup", args.warmup),
+        "rst_share": ("argument --rst-share", args.rst_share),
+        "arrival_rate_per_s": ("argument --arrival-rate", args.arrival_rate),
+        "mean_session_s": ("argument --mean-session", args.mean_session),
+        "max_connections": ("argument --max-connections", args.max_connections),
+        "server_rate": ("argument --server-rate", args.server_rate),
+        "invariant_interval_s": ("argument --invariant-interval", args.invariant_interval),
+        "seed": ("argument --seed", args.seed),
+        "data_dir": ("argument --data-dir", args.data_dir),
     }
     try:
-        return msgspec.convert(fields, SoakConfig)
+        return msgspec.convert({f: value for f, (_, value) in given.items()}, SoakConfig)
     except msgspec.ValidationError as exc:
-        raise SystemExit(f"soak: {exc}") from None
+        field, why = invalid_field(exc)
+        if field not in given:
+            raise SystemExit(f"soak: {exc}") from None
+        source, value = given[field]
+        raise SystemExit(f"soak: {source}: {why}, got {value}") from None
