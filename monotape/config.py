@@ -18,6 +18,8 @@ from typing import Annotated, Any, Final, Literal
 import msgspec
 from msgspec import Meta
 
+from monotape.config_source import file_source
+
 __all__ = [
     "CLIENT_ENV",
     "LOG_LEVELS",
@@ -301,51 +303,6 @@ def _set_path(tree: dict[str, Any], dotted: str, value: Any) -> None:
     node[parts[-1]] = value
 
 
-def _holds(doc: Any, dotted: str) -> bool:
-    for part in dotted.split("."):
-        if not isinstance(doc, dict) or part not in doc:
-            return False
-        doc = doc[part]
-    return True
-
-
-def _overlaps(a: str, b: str) -> bool:  # setting either dotted path replaces the other's value
-    return a == b or a.startswith(b + ".") or b.startswith(a + ".")
-
-
-def _line_of(text: str, dotted: str) -> int | None:
-    """The line of the TOML document ``text`` defining ``dotted``. tomllib keeps no positions,
-    and a scanner would have to know dotted tables, dotted, quoted and inline keys: parse ever
-    longer runs of lines instead. The first run holding the key ends with its statement, which
-    starts after the longest shorter run that parses (none stops inside a multi-line string or
-    array). Quadratic in the lines, and only run on an error: a config is ~100 lines."""
-    lines = text.split("\n")  # TOML's newline; str.splitlines also splits on \x0c and others
-    parsed = 0  # the longest run so far that parses without the key
-    for end in range(1, len(lines) + 1):
-        try:
-            doc = tomllib.loads("\n".join(lines[:end]))
-        except tomllib.TOMLDecodeError:
-            continue
-        if _holds(doc, dotted):
-            return parsed + 1
-        parsed = end
-    return None
-
-
-def _in_file(toml_path: str | None, text: str, dotted: str, elsewhere: set[str]) -> str | None:
-    """``file:line`` (or ``file``) if the value refused at ``dotted`` came from the file, None if
-    a variable or a flag set any of it. A field the file lacks is still its doing when only the
-    file changed the field's struct: a check across fields (``__post_init__``) passes defaults."""
-    if not toml_path or not dotted or any(_overlaps(dotted, other) for other in elsewhere):
-        return None
-    line = _line_of(text, dotted)
-    if line is not None:
-        return f"{toml_path}:{line}"
-    struct = dotted.rpartition(".")[0]
-    alone = bool(struct) and not any(_overlaps(struct, other) for other in elsewhere)
-    return toml_path if alone and _holds(tomllib.loads(text), struct) else None
-
-
 def load_config(
     toml_path: str | None = None,
     env: Mapping[str, str] | None = None,
@@ -396,5 +353,5 @@ def load_config(
         if path in from_env:
             text += f" (environment variable {from_env[path]})"
         where = f"{path}: " if path else ""
-        source = _in_file(toml_path, document, path, {*from_env, *from_flags})
+        source = file_source(toml_path, document, path, {*from_env, *from_flags})
         raise ConfigError(f"{source or 'invalid configuration'}: {where}{text}", path) from exc
