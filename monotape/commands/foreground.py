@@ -6,7 +6,8 @@ The banner names what listens and prints commands that work as printed (the clie
 find this node through its data dir, so the hints carry ``--data-dir`` whenever it is not the
 default). The first Ctrl-C (or SIGTERM) stops the node the way ``POST /admin/drain`` would,
 saying how many terminals it moves and how long that takes, with a progress line a second; a
-second one closes the rest at once; a third leaves without cleanup.
+second one closes the rest at once; a third leaves without cleanup (a signal within
+``PRESS_WINDOW_S`` of the one before is that press again).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import shlex
 import shutil
 import signal
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
@@ -36,6 +38,8 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_DATA_DIR",
     "NODE_ONLY",
+    "PRESS_WINDOW_S",
+    "Presses",
     "banner",
     "cli_word",
     "host_banner",
@@ -173,20 +177,50 @@ async def _watch_drain(node: Node) -> None:
             )
 
 
+# A signal this soon after the last press counted is that press again, not the next rung. GNU
+# timeout (or any wrapper that forwards a signal to a group the tty already signalled) turns one
+# Ctrl-C into two SIGINTs ~1 ms apart, and the second killed every process without a drain;
+# nobody presses Ctrl-C twice within 100 ms on purpose.
+PRESS_WINDOW_S: Final = 0.1
+
+
+class Presses:
+    """Which press of the stop ladder a signal is, from when it came (monotonic seconds): one
+    within ``window_s`` of the last press counted is that press again (None), any other is the
+    next press (1, 2, 3, ...)."""
+
+    def __init__(self, window_s: float = PRESS_WINDOW_S) -> None:
+        self.window_s = window_s
+        self.count = 0
+        self._last_s = 0.0
+
+    def press(self, now_s: float) -> int | None:
+        if self.count and now_s - self._last_s < self.window_s:
+            return None
+        self.count += 1
+        self._last_s = now_s
+        return self.count
+
+
 def _stop_ladder(
-    first: Callable[[signal.Signals], None], hurry_words: str, hurry: Callable[[], None]
+    first: Callable[[signal.Signals], None],
+    hurry_words: str,
+    hurry: Callable[[], None],
+    now: Callable[[], float] = time.monotonic,
 ) -> None:
     """Ctrl-C (or SIGTERM) once: ``first``, the ordered stop, which says what it stops; twice:
-    ``hurry``, at once, said in ``hurry_words``; three times: leave without cleanup."""
+    ``hurry``, at once, said in ``hurry_words``; three times: leave without cleanup. A signal
+    within ``PRESS_WINDOW_S`` of the press before it is that press (``Presses``)."""
     loop = asyncio.get_running_loop()
-    presses = 0
+    presses = Presses()
 
     def on_signal(sig: signal.Signals) -> None:
-        nonlocal presses
-        presses += 1
-        if presses == 1:
+        press = presses.press(now())
+        if press is None:
+            log_event("stop_signal_repeated", level="debug", signal=sig.name)
+        elif press == 1:
             first(sig)
-        elif presses == 2:
+        elif press == 2:
             _say(hurry_words)
             hurry()
         else:

@@ -19,13 +19,14 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from monotape.platform.bus.ipc import IpcTickBus, bus_path
 from monotape.platform.bus.ipc_collector import LinkCollector
-from monotape.platform.bus.link import Drop, split_encode
+from monotape.platform.bus.link import Drop, LinkCounters, split_encode
 from monotape.platform.bus.memory import TickBus
 from monotape.platform.bus.nats_codec import TickCodec
 from monotape.platform.feeds.simulator import build_universe
 from monotape.platform.feeds.validate import TickGate
 from monotape.platform.model import Tick
 from tests.conftest import until
+from tests.node.test_collectors import scrape_storm
 
 UNIVERSE = build_universe(6, 60, 7)
 
@@ -219,6 +220,16 @@ def test_collector_exports_links() -> None:
     assert 'monotape_ipc_dropped_messages_total{link="bus",reason="receiver_down"} 1.0' in text
     assert 'monotape_ipc_dropped_items_total{link="bus",reason="receiver_down"} 2.0' in text
     assert 'monotape_ipc_peers{link="bus"} 0.0' in text
+
+
+def test_drop_reasons_appear_during_scrapes() -> None:
+    """A role scrapes from its telemetry thread while its loop counts drops (host/telemetry.py)."""
+    counters = LinkCounters("bus")
+    scrape_storm(
+        LinkCollector(lambda: [counters]),
+        (counters.dropped_messages, lambda i: (f"reason{i}", 1)),
+        (counters.dropped_items, lambda i: (f"reason{i}", 2)),
+    )
 
 
 _i64 = st.integers(-(2**63), 2**63 - 1)

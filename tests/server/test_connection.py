@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -59,3 +59,27 @@ def test_a_terminal_that_never_reads_overflows_its_answers_and_is_torn_down() ->
         c.deliver_control(b"ack")
     with pytest.raises(WriteFailed, match="not reading"):
         c.deliver_control(b"ack")
+
+
+class _Entries:
+    """The counts part of a send table: one entry per live handle."""
+
+    def __init__(self) -> None:
+        self.live = {7: (3, 300)}
+
+    def counts(self, handle: int) -> tuple[int, int]:
+        if handle not in self.live:
+            raise KeyError(handle)  # as SendTable's for a stale handle
+        return self.live[handle]
+
+
+def test_counts_read_from_a_scrape_thread_survive_the_entry_leaving() -> None:
+    """/metrics reads these off the loop's thread: the loop's detach can remove the entry
+    between the read of ``table`` and of its counts; that is the Python counts, not a 500."""
+    conn = connection(StuckTransport())
+    entries = _Entries()
+    conn.table, conn.handle = cast(Any, entries), 7
+    conn.count(1, 100)
+    assert (conn.frames_sent, conn.bytes_sent) == (4, 400)
+    del entries.live[7]  # detach's first step, its counts not yet moved
+    assert (conn.frames_sent, conn.bytes_sent) == (1, 100)

@@ -47,9 +47,10 @@ class LinkCollector(Collector):
             label = [c.link]
             sent.add_metric(label, c.sent_messages)
             sent_items.add_metric(label, c.sent_items)
-            for reason, n in sorted(c.dropped_messages.items()):
+            # copies first: the scrape's thread is not the loop's (node/collectors.py says why)
+            for reason, n in sorted(dict(c.dropped_messages).items()):
                 dropped.add_metric([c.link, str(reason)], n)
-            for reason, n in sorted(c.dropped_items.items()):
+            for reason, n in sorted(dict(c.dropped_items).items()):
                 dropped_items.add_metric([c.link, str(reason)], n)
             received.add_metric(label, c.received_messages)
             received_items.add_metric(label, c.received_items)

@@ -188,7 +188,9 @@ class Sequencer:
         """Per-venue counts summed over lanes (a fresh snapshot; safe to read off-thread)."""
         out: dict[str, VenueCounters] = {}
         for lane_counters in self._counters:
-            for venue, c in list(lane_counters.items()):
+            # dict() copies in one C step; list(d.items()) makes a tuple per item, and on
+            # 3.11 one can start a collection whose gc callback lets the loop's thread in
+            for venue, c in dict(lane_counters).items():
                 o = out.get(venue)
                 if o is None:
                     o = out[venue] = VenueCounters()

@@ -5,6 +5,15 @@ too slow per tick, measured); these turn the counts into metric families only wh
 read. The pieces they read (sequencer, histograms, invariants, loop-lag monitor) import no
 prometheus_client: exporting is the node's business, so core stays Sans-I/O.
 
+They run on the scrape's thread, not the event loop's: a role of the host serves /metrics from
+a thread (host/telemetry.py) while its loop adds and removes connections and counts. So none of
+them walks a container the loop owns: each takes one C-level copy (``list(d.values())``,
+``dict(d)``), which no other thread can cut into under the GIL, and walks the copy. A writer's
+scrape walking the live connections answered 500 in a connection storm ("dictionary changed size
+during iteration"). ``sorted(d.items())`` is no such copy on 3.11: each item is a new tuple, an
+allocation can start a collection, and a gc callback (GcMonitor's) or a finalizer runs Python
+code, where the loop's thread can take over (so: ``sorted(dict(d).items())``).
+
 Size: past ~400 lines on purpose: one collector per piece of state, each a few lines, and one
 place to find every name the node exports (the names themselves live in metric_names).
 """
@@ -57,10 +66,10 @@ __all__ = [
 
 
 def _labelled_counter(
-    name: str, doc: str, label: str, values: Mapping[str, int]
+    name: str, doc: str, label: str, values: dict[str, int]
 ) -> CounterMetricFamily:
     family = CounterMetricFamily(m.counter_base(name), doc, labels=[label])
-    for key, value in sorted(values.items()):
+    for key, value in sorted(dict(values).items()):  # a copy first (module docstring)
         family.add_metric([key], value)
     return family
 
@@ -72,10 +81,9 @@ class FanoutCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         s = self._server
         st = s.stats
-        frames, sent = s.sent_totals()
-        yield GaugeMetricFamily(
-            m.CONNECTIONS, "Open terminal connections.", value=len(s.connections)
-        )
+        frames, sent = s.sent_totals()  # each walks a copy of the registry (docstring)
+        conns = list(s.connections.values())
+        yield GaugeMetricFamily(m.CONNECTIONS, "Open terminal connections.", value=len(conns))
         yield _counter(m.FRAMES_SENT, "Messages written to terminal connections.", frames)
         yield _counter(m.BYTES_SENT, "Bytes written to terminal connections.", sent)
         yield GaugeMetricFamily(
@@ -104,7 +112,7 @@ class FanoutCollector(Collector):
         for name, size in s.index.sizes().items():
             entries.add_metric([name], size)
         yield entries
-        queued = [len(c.outbox) for c in s.connections.values()]
+        queued = [len(c.outbox) for c in conns]
         yield GaugeMetricFamily(
             m.OUTBOX_FRAMES, "Frames waiting in outbound rings, all connections.", value=sum(queued)
         )
@@ -211,7 +219,7 @@ class IngestCollector(Collector):
             "Ticks refused where they enter (replay, NATS, feed handler): out of the wire's range.",
             labels=["venue", "reason"],
         )
-        for (venue, reason), n in sorted(self._gate().rejected.items()):
+        for (venue, reason), n in sorted(dict(self._gate().rejected).items()):
             rejected.add_metric([venue, reason], n)
         yield rejected
         yield _labelled_counter(
@@ -466,7 +474,7 @@ class InvariantCollector(Collector):
             "Duration of the invariant's latest check",
             labels=["invariant"],
         )
-        for name, result in sorted(self._monitor.results.items()):
+        for name, result in sorted(dict(self._monitor.results).items()):
             violation.add_metric([name], 0.0 if result.ok else 1.0)
             seconds.add_metric([name], result.duration_us / 1e6)
         yield violation

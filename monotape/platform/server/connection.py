@@ -205,13 +205,27 @@ class Connection:
 
     @property
     def frames_sent(self) -> int:
-        table = self.table
-        return self._frames + (table.counts(self.handle)[0] if table is not None else 0)
+        return self._sent()[0]
 
     @property
     def bytes_sent(self) -> int:
+        return self._sent()[1]
+
+    def _sent(self) -> tuple[int, int]:
+        """(frames, bytes): the Python paths' counts plus the table entry's. /metrics reads
+        this from its own thread in a host writer: when the loop detaches the entry between
+        the read of ``table`` and of its counts, the handle is stale (KeyError) and the
+        entry's counts are moving into ours, so they are read without it (a scrape that
+        raised here was a 500 for the whole writer's /metrics)."""
         table = self.table
-        return self._bytes + (table.counts(self.handle)[1] if table is not None else 0)
+        if table is not None:
+            try:
+                frames, sent = table.counts(self.handle)
+            except KeyError:
+                pass
+            else:
+                return self._frames + frames, self._bytes + sent
+        return self._frames, self._bytes
 
     @property
     def writable(self) -> bool:

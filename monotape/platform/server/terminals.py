@@ -229,11 +229,15 @@ class Terminals:
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
     def sent_totals(self) -> tuple[int, int]:
-        """(messages, bytes) written so far, live connections plus those already gone."""
-        frames = self.gone_frames + sum(c.frames_sent for c in self.connections.values())
-        sent = self.gone_bytes + sum(c.bytes_sent for c in self.connections.values())
+        """(messages, bytes) written so far, live connections plus those already gone. Safe
+        off the loop's thread (a host writer's /metrics): it walks a copy of the registry, made
+        in one C step (node/collectors.py says why)."""
+        conns = list(self.connections.values())
+        frames = self.gone_frames + sum(c.frames_sent for c in conns)
+        sent = self.gone_bytes + sum(c.bytes_sent for c in conns)
         return frames, sent
 
     def slow_consumer_drops(self) -> int:
-        """Frames dropped from full outbound rings, live connections plus those gone."""
-        return self.gone_drops + sum(c.outbox.drops for c in self.connections.values())
+        """Frames dropped from full outbound rings, live connections plus those gone (a copy
+        of the registry, as ``sent_totals``)."""
+        return self.gone_drops + sum(c.outbox.drops for c in list(self.connections.values()))
