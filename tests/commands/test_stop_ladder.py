@@ -9,6 +9,7 @@ import contextlib
 import itertools
 import os
 import signal
+import time
 from collections.abc import Callable
 
 import pytest
@@ -96,21 +97,28 @@ def test_a_copy_of_the_second_press_is_not_a_third() -> None:
 def test_two_signals_at_once_stop_in_order_without_hurrying(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Two SIGINTs back to back (GNU timeout forwarding the tty's): one ordered stop, on the
-    real clock; a press after the window hurries."""
+    """Two SIGINTs back to back (GNU timeout forwarding the tty's): one ordered stop; a press
+    after the window hurries. Real signals on the monotonic clock slowed SLOW times, so the
+    window is SLOW x 0.1 s of real time: a busy box that deschedules the loop between the two
+    handlers for less than that cannot split them."""
     rungs: list[str] = []
     monkeypatch.setattr(os, "_exit", lambda code: rungs.append(f"exit {code}"))
+    slow = 10.0
+    window_s = foreground.PRESS_WINDOW_S * slow
 
     async def presses() -> None:
         foreground._stop_ladder(
-            lambda s: rungs.append(f"stop {s.name}"), "hurrying", lambda: rungs.append("hurry")
+            lambda s: rungs.append(f"stop {s.name}"),
+            "hurrying",
+            lambda: rungs.append("hurry"),
+            lambda: time.monotonic() / slow,
         )
         os.kill(os.getpid(), signal.SIGINT)
         os.kill(os.getpid(), signal.SIGINT)
         await until(lambda: rungs, "the first press")
-        await asyncio.sleep(foreground.PRESS_WINDOW_S / 2)  # the copy had every chance to land
+        await asyncio.sleep(window_s / 2)  # the copy had every chance to land
         assert rungs == ["stop SIGINT"]
-        await asyncio.sleep(foreground.PRESS_WINDOW_S)
+        await asyncio.sleep(window_s)
         os.kill(os.getpid(), signal.SIGINT)
         await until(lambda: len(rungs) == 2, "the second press")
 
