@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import re
-import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Final, Literal
@@ -18,7 +17,7 @@ from typing import Annotated, Any, Final, Literal
 import msgspec
 from msgspec import Meta
 
-from monotape.config_source import file_source
+from monotape.config_source import FileError, file_source, parse_file
 
 __all__ = [
     "CLIENT_ENV",
@@ -318,9 +317,9 @@ def load_config(
     document = ""
     if toml_path:
         try:
-            document = Path(toml_path).read_text(encoding="utf-8")  # TOML is UTF-8 (its spec)
-            tree = tomllib.loads(document)
-        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+            document = Path(toml_path).read_text(encoding="utf-8")  # TOML and JSON are UTF-8
+            tree = parse_file(toml_path, document)
+        except (OSError, UnicodeDecodeError, *FileError) as exc:
             raise ConfigError(f"config file {toml_path}: {exc}") from exc
     from_env: dict[str, str] = {}
     for name, raw in (env or {}).items():

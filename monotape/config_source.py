@@ -1,12 +1,27 @@
-"""Where in a TOML config file a refused setting was written (config.load_config's errors
-name ``file:line``): tomllib keeps no positions, so the line is found by parsing."""
+"""A config file read as what it is (TOML, or JSON for a ``.json`` file: what ``monotape run
+--print-config`` writes, so a configuration saved from it loads back), and where in it a refused
+setting was written (config.load_config's errors name ``file:line``): tomllib keeps no
+positions, so the line is found by parsing."""
 
 from __future__ import annotations
 
 import tomllib
 from typing import Any
 
-__all__ = ["file_source"]
+import msgspec
+
+__all__ = ["FileError", "file_source", "parse_file"]
+
+# What parse_file raises for a document it cannot read: its message says where (line, column).
+FileError = (tomllib.TOMLDecodeError, msgspec.DecodeError)
+
+
+def parse_file(path: str, text: str) -> dict[str, Any]:
+    """The settings tree of a config file's ``text``: JSON when ``path`` ends in ``.json``
+    (one object), else TOML."""
+    if path.endswith(".json"):
+        return msgspec.json.decode(text, type=dict[str, Any])
+    return tomllib.loads(text)
 
 
 def _holds(doc: Any, dotted: str) -> bool:
@@ -46,9 +61,11 @@ def file_source(toml_path: str | None, text: str, dotted: str, elsewhere: set[st
     file changed the field's struct: a check across fields (``__post_init__``) passes defaults."""
     if not toml_path or not dotted or any(_overlaps(dotted, other) for other in elsewhere):
         return None
-    line = _line_of(text, dotted)
-    if line is not None:
-        return f"{toml_path}:{line}"
+    doc = parse_file(toml_path, text)
+    if _holds(doc, dotted):
+        # a JSON file is the file alone: --print-config's output holds every field, one a line
+        line = None if toml_path.endswith(".json") else _line_of(text, dotted)
+        return f"{toml_path}:{line}" if line is not None else toml_path
     struct = dotted.rpartition(".")[0]
     alone = bool(struct) and not any(_overlaps(struct, other) for other in elsewhere)
-    return toml_path if alone and _holds(tomllib.loads(text), struct) else None
+    return toml_path if alone and _holds(doc, struct) else None

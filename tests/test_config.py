@@ -161,3 +161,26 @@ def test_a_file_that_cannot_be_read_is_named(
     with pytest.raises(ConfigError) as err:
         load_config(str(toml), {})
     assert str(err.value).startswith(f"config file {toml}: ") and says in str(err.value)
+
+
+def test_a_config_printed_by_print_config_loads_back(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`monotape run --print-config > monotape.json` then `--config monotape.json`: the same
+    configuration (JSON, what it prints, is read by its suffix)."""
+    from monotape.cli import main
+
+    flags = ["--ws-port", "9100", "--writers", "2", "--rate", "5000"]
+    assert main(["run", "--print-config", *flags]) == 0
+    saved = tmp_path / "monotape.json"
+    saved.write_text(capsys.readouterr().out)
+    want = load_config(
+        overrides={"server.ws_port": 9100, "host.writers": 2, "simulator.rate": 5000.0}
+    )
+    assert load_config(str(saved)) == want
+    saved.write_text(saved.read_text().replace('"ws_port": 9100', '"ws_port": "abc"'))
+    with pytest.raises(ConfigError, match=rf"^{saved}: server.ws_port: Expected `int`"):
+        load_config(str(saved))
+    saved.write_text("[1, 2]")
+    with pytest.raises(ConfigError, match=rf"^config file {saved}: Expected `object`"):
+        load_config(str(saved))

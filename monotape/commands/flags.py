@@ -117,7 +117,11 @@ URL_HELP = (
 
 
 def add_common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", help="TOML configuration file (env MONOTAPE_CONFIG)")
+    p.add_argument(
+        "--config",
+        help="configuration file: TOML, or JSON if it ends in .json (what run --print-config "
+        "writes) (env MONOTAPE_CONFIG)",
+    )
     p.add_argument(
         "--data-dir",
         help="state directory: epochs, dev keys, histogram logs, and the endpoints of the "

@@ -2,12 +2,13 @@
 ``--writers N`` the same for the multi-process host (``run_host``: its processes stop in reverse
 start order on the first Ctrl-C, and are killed on the second).
 
-The banner names what listens and prints commands that work as printed (the client commands
-find this node through its data dir, so the hints carry ``--data-dir`` whenever it is not the
-default). The first Ctrl-C (or SIGTERM) stops the node the way ``POST /admin/drain`` would,
-saying how many terminals it moves and how long that takes, with a progress line a second; a
-second one closes the rest at once; a third leaves without cleanup (a signal within
-``PRESS_WINDOW_S`` of the one before is that press again).
+The banner names what listens and prints commands that work as printed from any directory (the
+client commands find this node through its data dir, so the hints carry its absolute
+``--data-dir``, and name the command by a path the shell finds). The first Ctrl-C (or SIGTERM)
+stops the node the way ``POST /admin/drain`` would, saying how many terminals it moves and how
+long that takes, with a progress line a second; a second one closes the rest at once; a third
+leaves without cleanup (a signal within ``PRESS_WINDOW_S`` of the one before is that press
+again).
 """
 
 from __future__ import annotations
@@ -36,7 +37,6 @@ if TYPE_CHECKING:
     from monotape.platform.node.node import Node
 
 __all__ = [
-    "DEFAULT_DATA_DIR",
     "NODE_ONLY",
     "PRESS_WINDOW_S",
     "Presses",
@@ -48,8 +48,6 @@ __all__ = [
     "run_host",
     "run_node",
 ]
-
-DEFAULT_DATA_DIR: Final = ".monotape"
 
 
 def _say(text: str) -> None:
@@ -74,10 +72,7 @@ def banner(node: Node, cfg: Config, fallback: str | None = None) -> str:
         if fallback
         else "one (without --single-process: a writer process per core, docs/processes.md)"
     )
-    # Absolute: the hint must work from any directory, which is where a new user runs it.
-    where = shlex.quote(str(Path(cfg.data_dir).resolve()))
-    dd = "" if cfg.data_dir == DEFAULT_DATA_DIR else f" --data-dir {where}"
-    cli = cli_word()
+    dd, cli = _client_words(cfg)
     return (
         f"monotape is running: {len(node.universe)} instruments, {source}\n"
         f"  terminals  ws://{host}:{node.ws_port}/      (try: {cli} tape{dd} {example})\n"
@@ -109,6 +104,15 @@ def cli_word(which: Callable[[str], str | None] = shutil.which) -> str:
     return f"{shlex.quote(sys.executable)} -m monotape"
 
 
+def _client_words(cfg: Config) -> tuple[str, str]:
+    """What the banners' client commands start with: `` --data-dir <absolute>`` and the
+    command (``cli_word``). The data dir always, even the default ``./.monotape``: the
+    command is printed by a path that works from any directory, and from another directory
+    the default would be that directory's, whose key the node does not know (a token minted
+    there is "bad signature", and ``monotape token`` would even make a stray key there)."""
+    return f" --data-dir {shlex.quote(str(Path(cfg.data_dir).resolve()))}", cli_word()
+
+
 def _writers(host: Host) -> str:
     n = sum(1 for s in host.specs.values() if s.role == "writer")
     return "1 writer serves" if n == 1 else f"{n} writers share"
@@ -117,9 +121,7 @@ def _writers(host: Host) -> str:
 def host_banner(host: Host, cfg: Config, ready: bool) -> str:
     """The multi-process host's banner: what listens, and which processes run it."""
     h = cfg.server.host
-    where = shlex.quote(str(Path(cfg.data_dir).resolve()))
-    dd = "" if cfg.data_dir == DEFAULT_DATA_DIR else f" --data-dir {where}"
-    cli = cli_word()
+    dd, cli = _client_words(cfg)
     roles: dict[str, list[str]] = {}
     for s in host.table.slots.values():
         roles.setdefault(s.role, []).append(f"{s.name}={s.pid}" if s.pid else s.name)

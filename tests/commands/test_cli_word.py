@@ -7,10 +7,12 @@ from __future__ import annotations
 import shlex
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
-from monotape.commands.foreground import cli_word
+from monotape.commands.foreground import banner, cli_word
+from monotape.config import load_config
 
 SCRIPT = Path(sys.executable).parent / "monotape"
 
@@ -35,3 +37,17 @@ def test_the_script_s_path_when_the_shell_finds_another_installation(tmp_path: P
     other = tmp_path / "monotape"
     other.write_text("#!/bin/sh\n")
     assert shlex.split(cli_word(lambda name: str(other))) == [str(SCRIPT.absolute())]
+
+
+def test_the_banner_names_the_default_data_dir_too() -> None:
+    """From another directory the default ./.monotape is that directory's: every client command
+    the banner prints carries the node's data dir by its absolute path."""
+    node = SimpleNamespace(replay=False, handlers=[1, 2], universe=[], ws_port=1, admin_port=2)
+    cfg = load_config()
+    assert cfg.data_dir == ".monotape"  # the default
+    said = banner(node, cfg)  # type: ignore[arg-type]
+    where = shlex.quote(str(Path(".monotape").resolve()))
+    commands = [x for x in said.splitlines() if f"{cli_word()} " in x]
+    assert len(commands) == 3, said  # tape, token, symbols
+    for line in commands:
+        assert f" --data-dir {where}" in line, line
