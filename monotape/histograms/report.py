@@ -59,14 +59,16 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
 
-def parse_duration_ms(text: str, flag: str = "--last") -> int:
+def parse_duration_ms(text: str, flag: str = "--last", *, positive: bool = True) -> int:
+    """``40s``, ``500ms``, ``5m``, ``2h``, ``1d`` (a bare number is seconds) in milliseconds;
+    ``positive=False`` leaves the bounds to the caller (the admin API names its own range)."""
     match = _DURATION.match(text)
     if match is None:
         raise ReportArgumentError(
             flag, f"cannot parse {text[:40]!r} as a duration (e.g. 40s, 500ms, 5m, 2h, 1d)"
         )
     ms = round(float(match.group(1)) * _UNIT_MS[match.group(2) or "s"])
-    if ms <= 0:
+    if positive and ms <= 0:
         raise ReportArgumentError(flag, f"duration {text!r} must be positive")
     return ms
 

@@ -72,6 +72,11 @@ async def test_admin_routes_need_a_valid_admin_token(
     assert {row["name"] for row in ok.json()["processes"]} == {"sequencer", "writer-0"}
 
 
+async def test_an_unknown_route_is_json_as_on_the_node(tmp_path: Path) -> None:
+    got = await call(_app(tmp_path, None), "GET", "/admin/nope")
+    assert (got.status, got.json()["error"]) == (404, "not found: GET /admin/nope")
+
+
 async def test_probes_need_no_token(tmp_path: Path) -> None:
     app = _app(tmp_path, None)
     assert (await call(app, "GET", "/healthz")).status == 503  # nothing runs yet

@@ -331,6 +331,24 @@ async def test_a_bad_parameter_is_400_naming_it(node: FakeNode, tmp_path: Path) 
     assert (answer.status, answer.json()["parameter"]) == (400, "limit")
     window = await call(app_of(node), "GET", "/admin/latency?stage=write&window=forever", token)
     assert (window.status, window.json()["parameter"]) == (400, "window")
+    assert "is not a duration like 40s" in window.json()["error"]
+    for empty in ("0s", "0ms", "99999d"):  # durations, out of the range: the range is said
+        answer = await call(
+            app_of(node), "GET", f"/admin/latency?stage=write&window={empty}", token
+        )
+        assert answer.status == 400 and "between 1 ms and 168 h" in answer.json()["error"], empty
+
+
+async def test_an_unknown_route_or_method_is_json_like_every_other_answer(
+    node: FakeNode, tmp_path: Path
+) -> None:
+    missing = await call(app_of(node), "GET", "/admin/nope")
+    assert missing.status == 404 and missing.headers["content-type"] == "application/json"
+    assert missing.json()["error"] == "not found: GET /admin/nope"
+    assert "/openapi.json" in missing.json()["hint"]
+    wrong = await call(app_of(node), "POST", "/healthz")
+    assert (wrong.status, wrong.json()["error"]) == (405, "method not allowed: POST /healthz")
+    assert wrong.headers["allow"] == "GET, HEAD"
 
 
 async def test_drain_and_resume_go_to_the_server(node: FakeNode, tmp_path: Path) -> None:

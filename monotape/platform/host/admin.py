@@ -52,6 +52,7 @@ from monotape.platform.node.admin import (
 )
 from monotape.platform.node.admin_latency import latency_handlers
 from monotape.platform.node.admin_params import (
+    ROUTE_ERRORS,
     Handler,
     admin_guard,
     json_response,
@@ -267,7 +268,7 @@ def build_host_admin_app(
         Route(path, admin(handlers[path]) if admin_only else handlers[path], methods=[method])
         for method, path, _, admin_only in served
     ]
-    app = Starlette(routes=[*routes, *views.mounts()])
+    app = Starlette(routes=[*routes, *views.mounts()], exception_handlers=ROUTE_ERRORS)
     # The host's hooks: its stop ends the views' sampler, a writer that comes back while the
     # host is drained is told to drain (host.py).
     app.state.host_views = views

@@ -22,7 +22,12 @@ from starlette.routing import BaseRoute, Route
 from monotape.dashboards.web import DASHBOARD_ENDPOINTS, dashboard_handlers, static_mount
 from monotape.platform.node.admin_desk import desk_handlers
 from monotape.platform.node.admin_latency import latency_handlers
-from monotape.platform.node.admin_params import Handler, admin_guard, json_response
+from monotape.platform.node.admin_params import (
+    ROUTE_ERRORS,
+    Handler,
+    admin_guard,
+    json_response,
+)
 from monotape.platform.node.admin_view import AdminView
 from monotape.platform.node.watchlist import (
     WATCHLIST_ENDPOINTS,
@@ -172,7 +177,7 @@ def build_admin_app(view: AdminView, watchlist: WatchlistSite | None = None) -> 
     routes.append(static_mount())  # the dashboards' scripts and uPlot: no data, no token
     if watchlist is not None:
         routes.extend(watchlist_mounts())  # the page's scripts and the JS SDK: no data, no token
-    return Starlette(routes=routes)
+    return Starlette(routes=routes, exception_handlers=ROUTE_ERRORS)
 
 
 def admin_index(

@@ -9,9 +9,10 @@ retention's 7 days, integers within the route's range and at most 20 digits.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 import msgspec
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -23,6 +24,7 @@ from monotape.platform.auth import AuthError, TokenVerifier, token_from_request,
 __all__ = [
     "MAX_PATTERN_CHARS",
     "MAX_WINDOW_MS",
+    "ROUTE_ERRORS",
     "BadParameter",
     "Handler",
     "admin_guard",
@@ -51,10 +53,30 @@ def error_response(status: int, message: str, **extra: Any) -> Response:
     return json_response({"error": message, **extra}, status)
 
 
+async def route_error(request: Request, exc: Exception) -> Response:
+    """A path the admin server does not serve (404) or a method a route does not take (405),
+    as JSON like every other answer of the admin API (Starlette's own is plain text), naming
+    where the routes are listed; 405 keeps its ``Allow`` header."""
+    status = exc.status_code if isinstance(exc, HTTPException) else 404
+    detail = exc.detail if isinstance(exc, HTTPException) else "Not Found"
+    answer = error_response(
+        status,
+        f"{detail.lower()}: {request.method} {request.url.path}",
+        hint="GET /openapi.json (or /admin/ with an admin token) lists every route",
+    )
+    if isinstance(exc, HTTPException) and exc.headers:
+        answer.headers.update(exc.headers)
+    return answer
+
+
+# Starlette's exception_handlers for both admin servers (the node's and the host's)
+ROUTE_ERRORS: Final = {404: route_error, 405: route_error}
+
+
 def window_ms(request: Request, default: str) -> int:
     raw = request.query_params.get("window", default)
     try:
-        ms = parse_duration_ms(raw, "window")
+        ms = parse_duration_ms(raw, "window", positive=False)  # 0s: the range below says why
     except ReportArgumentError as exc:
         shown = raw if len(raw) <= 40 else raw[:40] + "…"
         raise BadParameter("window", f"{shown!r} is not a duration like 40s, 10m, 2h") from exc
