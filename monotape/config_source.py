@@ -55,17 +55,18 @@ def _line_of(text: str, dotted: str) -> int | None:
     return None
 
 
-def file_source(toml_path: str | None, text: str, dotted: str, elsewhere: set[str]) -> str | None:
-    """``file:line`` (or ``file``) if the value refused at ``dotted`` came from the file, None if
-    a variable or a flag set any of it. A field the file lacks is still its doing when only the
-    file changed the field's struct: a check across fields (``__post_init__``) passes defaults."""
-    if not toml_path or not dotted or any(_overlaps(dotted, other) for other in elsewhere):
+def file_source(path: str | None, text: str, dotted: str, elsewhere: set[str]) -> str | None:
+    """``file:line`` (or ``file``) if the value refused at ``dotted`` came from the config file
+    at ``path``, None if a variable or a flag set any of it. A field the file lacks is still its
+    doing when only the file changed the field's struct: a check across fields
+    (``__post_init__``) passes defaults. A JSON file is named without a line: the search by
+    parsing is TOML's."""
+    if not path or not dotted or any(_overlaps(dotted, other) for other in elsewhere):
         return None
-    doc = parse_file(toml_path, text)
+    doc = parse_file(path, text)
     if _holds(doc, dotted):
-        # a JSON file is the file alone: --print-config's output holds every field, one a line
-        line = None if toml_path.endswith(".json") else _line_of(text, dotted)
-        return f"{toml_path}:{line}" if line is not None else toml_path
+        line = None if path.endswith(".json") else _line_of(text, dotted)
+        return f"{path}:{line}" if line is not None else path
     struct = dotted.rpartition(".")[0]
     alone = bool(struct) and not any(_overlaps(struct, other) for other in elsewhere)
-    return toml_path if alone and _holds(doc, struct) else None
+    return path if alone and _holds(doc, struct) else None

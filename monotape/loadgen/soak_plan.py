@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Annotated, Final
 
 import msgspec
@@ -283,41 +283,50 @@ def config_from_args(argv: Sequence[str] | None = None) -> SoakConfig:
     return config_from_namespace(_parser().parse_args(argv))
 
 
+# Each SoakConfig field and the flag that sets it (its argparse name: ``report_every`` is
+# --report-every), so that a value msgspec refuses names the flag, not "$.report_every_s".
+_FLAG_OF: Final = {
+    "hours": "hours",
+    "rate_multiple": "rate",
+    "writers": "writers",
+    "report_every_s": "report_every",
+    "sample_every_s": "sample_every",
+    "settle_s": "settle",
+    "warmup_s": "warmup",
+    "rst_share": "rst_share",
+    "arrival_rate_per_s": "arrival_rate",
+    "mean_session_s": "mean_session",
+    "max_connections": "max_connections",
+    "server_rate": "server_rate",
+    "invariant_interval_s": "invariant_interval",
+    "seed": "seed",
+    "data_dir": "data_dir",
+}
+# The fields a variable sets when their flag is absent (make soak HOURS=8 RATE=1.3), and the
+# value when neither does.
+_ENV_OF: Final = {"hours": ("HOURS", 1.0), "rate_multiple": ("RATE", 1.3)}
+
+
 def config_from_namespace(args: argparse.Namespace) -> SoakConfig:
     """The config from the flags of ``add_soak_flags`` (HOURS and RATE from the environment
-    when the flags are absent); SystemExit naming the knob when a value is out of range."""
-    hours = args.hours if args.hours is not None else _env_float("HOURS")
-    rate = args.rate if args.rate is not None else _env_float("RATE")
-    # Each field with where it came from, so that a value msgspec refuses names its flag (or
-    # variable) rather than the field: "--report-every", not "$.report_every_s".
-    given: Mapping[str, tuple[str, object]] = {
-        "hours": (
-            "argument --hours" if args.hours is not None else "environment variable HOURS",
-            hours if hours is not None else 1.0,
-        ),
-        "rate_multiple": (
-            "argument --rate" if args.rate is not None else "environment variable RATE",
-            rate if rate is not None else 1.3,
-        ),
-        "writers": ("argument --writers", args.writers),
-        "report_every_s": ("argument --report-every", args.report_every),
-        "sample_every_s": ("argument --sample-every", args.sample_every),
-        "settle_s": ("argument --settle", args.settle),
-        "warmup_s": ("argument --warmup", args.warmup),
-        "rst_share": ("argument --rst-share", args.rst_share),
-        "arrival_rate_per_s": ("argument --arrival-rate", args.arrival_rate),
-        "mean_session_s": ("argument --mean-session", args.mean_session),
-        "max_connections": ("argument --max-connections", args.max_connections),
-        "server_rate": ("argument --server-rate", args.server_rate),
-        "invariant_interval_s": ("argument --invariant-interval", args.invariant_interval),
-        "seed": ("argument --seed", args.seed),
-        "data_dir": ("argument --data-dir", args.data_dir),
-    }
+    when the flags are absent); SystemExit naming the flag or variable when a value is out of
+    range."""
+    fields = {field: getattr(args, flag) for field, flag in _FLAG_OF.items()}
+    from_env = set()
+    for field, (name, default) in _ENV_OF.items():
+        if fields[field] is None:
+            from_env.add(field)
+            value = _env_float(name)
+            fields[field] = value if value is not None else default
     try:
-        return msgspec.convert({f: value for f, (_, value) in given.items()}, SoakConfig)
+        return msgspec.convert(fields, SoakConfig)
     except msgspec.ValidationError as exc:
         field, why = invalid_field(exc)
-        if field not in given:
+        if field not in fields:
             raise SystemExit(f"soak: {exc}") from None
-        source, value = given[field]
-        raise SystemExit(f"soak: {source}: {why}, got {value}") from None
+        source = (
+            f"environment variable {_ENV_OF[field][0]}"
+            if field in from_env
+            else "argument --" + _FLAG_OF[field].replace("_", "-")
+        )
+        raise SystemExit(f"soak: {source}: {why}, got {fields[field]}") from None

@@ -46,3 +46,16 @@ def test_a_refused_knob_names_its_flag(
 def test_a_refused_soak_flag_names_its_flag() -> None:
     with pytest.raises(SystemExit, match=r"^soak: argument --report-every: .* got 0\.0$"):
         main(["load", "soak", "--report-every", "0"])
+
+
+def test_a_refused_soak_value_names_the_flag_or_the_variable_it_came_from(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("HOURS", "-2")
+    with pytest.raises(SystemExit, match=r"^soak: environment variable HOURS: .* got -2\.0$"):
+        main(["load", "soak"])
+    with pytest.raises(SystemExit, match=r"^soak: argument --hours: .* got -3\.0$"):
+        main(["load", "soak", "--hours", "-3"])  # the flag wins over the variable
+    monkeypatch.delenv("HOURS")
+    with pytest.raises(SystemExit, match=r"^soak: argument --rate: .* got 0\.0$"):
+        main(["load", "soak", "--rate", "0"])

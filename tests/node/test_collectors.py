@@ -95,9 +95,10 @@ class _Conn:
     """What FanoutCollector reads of a connection."""
 
     def __init__(self) -> None:
-        self.frames_sent = 3
-        self.bytes_sent = 300
         self.outbox = Outbox(4)
+
+    def sent(self) -> tuple[int, int]:
+        return 3, 300
 
 
 def _server() -> FanoutServer:

@@ -9,7 +9,7 @@ retention's 7 days, integers within the route's range and at most 20 digits.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import msgspec
 from starlette.exceptions import HTTPException
@@ -57,15 +57,13 @@ async def route_error(request: Request, exc: Exception) -> Response:
     """A path the admin server does not serve (404) or a method a route does not take (405),
     as JSON like every other answer of the admin API (Starlette's own is plain text), naming
     where the routes are listed; 405 keeps its ``Allow`` header."""
-    status = exc.status_code if isinstance(exc, HTTPException) else 404
-    detail = exc.detail if isinstance(exc, HTTPException) else "Not Found"
+    http = cast(HTTPException, exc)  # a status code's handler: Starlette hands it its own
     answer = error_response(
-        status,
-        f"{detail.lower()}: {request.method} {request.url.path}",
+        http.status_code,
+        f"{http.detail.lower()}: {request.method} {request.url.path}",
         hint="GET /openapi.json (or /admin/ with an admin token) lists every route",
     )
-    if isinstance(exc, HTTPException) and exc.headers:
-        answer.headers.update(exc.headers)
+    answer.headers.update(http.headers or {})
     return answer
 
 

@@ -66,7 +66,7 @@ __all__ = [
 
 
 def _labelled_counter(
-    name: str, doc: str, label: str, values: dict[str, int]
+    name: str, doc: str, label: str, values: Mapping[str, int]
 ) -> CounterMetricFamily:
     family = CounterMetricFamily(m.counter_base(name), doc, labels=[label])
     for key, value in sorted(dict(values).items()):  # a copy first (module docstring)

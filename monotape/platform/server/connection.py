@@ -205,13 +205,13 @@ class Connection:
 
     @property
     def frames_sent(self) -> int:
-        return self._sent()[0]
+        return self.sent()[0]
 
     @property
     def bytes_sent(self) -> int:
-        return self._sent()[1]
+        return self.sent()[1]
 
-    def _sent(self) -> tuple[int, int]:
+    def sent(self) -> tuple[int, int]:
         """(frames, bytes): the Python paths' counts plus the table entry's. /metrics reads
         this from its own thread in a host writer: when the loop detaches the entry between
         the read of ``table`` and of its counts, the handle is stale (KeyError) and the

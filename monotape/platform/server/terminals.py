@@ -232,9 +232,9 @@ class Terminals:
         """(messages, bytes) written so far, live connections plus those already gone. Safe
         off the loop's thread (a host writer's /metrics): it walks a copy of the registry, made
         in one C step (node/collectors.py says why)."""
-        conns = list(self.connections.values())
-        frames = self.gone_frames + sum(c.frames_sent for c in conns)
-        sent = self.gone_bytes + sum(c.bytes_sent for c in conns)
+        counts = [c.sent() for c in list(self.connections.values())]  # one table read each
+        frames = self.gone_frames + sum(f for f, _ in counts)
+        sent = self.gone_bytes + sum(b for _, b in counts)
         return frames, sent
 
     def slow_consumer_drops(self) -> int:
