@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 
 # setup.py and the C sources too: pip rebuilds the native extensions in place (issues 12, 13).
 NATIVE_SOURCES := monotape/platform/server/_sendmany.c monotape/platform/core/_fields.c \
-  monotape/platform/core/_payloads.c \
+  monotape/platform/core/_payloads.c monotape/platform/core/_admit.c \
   monotape/platform/wire/_records.c monotape/platform/ring/_table.c
 $(STAMP): pyproject.toml setup.py $(NATIVE_SOURCES)
 	$(PYTHON) -m venv $(VENV)
@@ -78,6 +78,9 @@ native-sanitize: $(STAMP)
 	$(SANITIZE_CC) monotape/platform/core/_payloads.c -o $(SANITIZE_DIR)/_payloads.so
 	$(SANITIZE_RUN) PAYLOADS_SANITIZED_BUILD=$(SANITIZE_DIR)/_payloads.so \
 	  $(SANITIZE_PYTEST) tests/core/test_payloads.py
+	$(SANITIZE_CC) monotape/platform/core/_admit.c -o $(SANITIZE_DIR)/_admit.so
+	$(SANITIZE_RUN) ADMIT_SANITIZED_BUILD=$(SANITIZE_DIR)/_admit.so \
+	  $(SANITIZE_PYTEST) tests/core/test_admit_batch.py
 	# the set walk Python 3.13 builds (an iterator over each set of signatures), on this Python
 	$(SANITIZE_CC) -DPAYLOADS_SET_ITERATOR monotape/platform/core/_payloads.c \
 	  -o $(SANITIZE_DIR)/_payloads_iter.so

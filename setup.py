@@ -48,6 +48,7 @@ setup(
         native("platform.server._sendmany"),
         native("platform.core._fields"),
         native("platform.core._payloads"),
+        native("platform.core._admit"),
         native("platform.wire._records"),
         native("platform.ring._table"),
     ],

@@ -206,7 +206,6 @@ class NatsConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
     servers: str = "nats://127.0.0.1:4222"  # comma-separated
     subjects: Literal["batch", "symbol"] = "batch"  # md.<venue>.batch or md.<venue>.<symbol>
-    array_like: bool = True  # ticks as msgpack arrays: ~3x smaller than maps
     max_pending_batches: int = 4_096  # bounded outbound queue; overflow is counted, never waits
     connect_timeout_s: float = 10.0
 

@@ -14,6 +14,7 @@ __all__ = [
     "AUTH_CACHE_MISSES",
     "AUTH_REFUSED",
     "AUTH_VERIFY_SECONDS",
+    "BATCHES_REFUSED",
     "BYTES_SENT",
     "CONNECTIONS",
     "CPU_WAIT",
@@ -97,6 +98,8 @@ STAGE_DURATION = "monotape_stage_duration_seconds"
 # {stage}: a frame, symbol or batch whose processing raised; contained, counted, logged, skipped
 STAGE_FAILURES = "monotape_stage_failures_total"
 TICKS_REJECTED = "monotape_ticks_rejected_total"  # {venue,reason}: refused where ticks enter
+# {reason}: bus or feed buffers that were not a tick batch of this format, refused whole
+BATCHES_REFUSED = "monotape_batches_refused_total"
 FEED_BACKWARDS = "monotape_feed_backwards_total"  # {venue,handler}: its own stream went back
 GLASS_REGRESSIONS = "monotape_glass_regressions_total"  # terminals' own guard drops (must stay 0)
 # what terminals report (``report``), capped at 100 per connection: deltas on a base not held

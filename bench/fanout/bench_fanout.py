@@ -8,7 +8,8 @@ Two processes per measurement, on loopback (127.0.0.1), bounded in time:
     changed symbols of its watchlist JSON-encoded with stdlib ``json`` and ``await ws.send()``
     (the seed team's first version);
   - ``monotape``: the real ``FanoutServer`` (``platform/server/``) with a real ``Sequencer``:
-    per frame ``sequencer.on_ticks(ticks, now)``, ``sequencer.take_frame(boundary)``,
+    per frame ``sequencer.on_batch(batch, now)`` for each venue's tick batch (built before the
+    measurement, as the feed handlers build them), ``sequencer.take_frame(boundary)``,
     ``server.publish_frame(frame)``; clients subscribe with binary msgpack requests; the
     pure-Python writer (``server.native_writer = false``);
   - ``monotape-native``: the same with the native writer (the C send loop of
@@ -160,6 +161,14 @@ class Workload:
         return self._ticks(iids.astype(np.int64))
 
 
+def venue_batches(ticks: list[Any]) -> list[Any]:
+    """``ticks`` as the sequencer receives them: one tick batch a venue (``wire/batch.py``),
+    each in ascending iid."""
+    from monotape.platform.wire.batch import batch_from_ticks
+
+    return batch_from_ticks(sorted(ticks, key=lambda t: t.venue))  # stable: iid order kept
+
+
 # --- server side ------------------------------------------------------------------------------
 
 
@@ -218,9 +227,22 @@ class _Monotape(_Bench):
         if self.native and not self.server.writer.native:
             raise RuntimeError("monotape-native: the native extension is not built")
         now = time.monotonic_ns()
-        self.seq.on_ticks(self.initial, now)
+        for batch in venue_batches(self.initial):
+            self.seq.on_batch(batch, now)
         self.server.publish_frame(self.seq.take_frame(now - now % FRAME_NS))
+        # the bus batches of every frame, built before anything is measured
+        self.batches: list[list[Any]] = [venue_batches(ticks) for ticks in self.frames]
+        self.frames = []
         return await self.server.start()
+
+    def frame_batches(self) -> list[Any]:
+        if self.next < len(self.batches):
+            batches = self.batches[self.next]
+            self.batches[self.next] = []  # let it go
+        else:  # ran past the pre-generated frames (a slow start): generate on the fly
+            batches = venue_batches(self.work.next_frame())
+        self.next += 1
+        return batches
 
     def subscribed(self) -> int:
         sig = self.server.index.signature
@@ -230,9 +252,11 @@ class _Monotape(_Bench):
         return self.server.sent_totals()
 
     async def step(self, boundary_ns: int) -> None:
-        ticks = self.frame_ticks()
+        batches = self.frame_batches()
         t0 = time.thread_time_ns()
-        self.seq.on_ticks(ticks, time.monotonic_ns())
+        now = time.monotonic_ns()
+        for batch in batches:
+            self.seq.on_batch(batch, now)
         frame = self.seq.take_frame(boundary_ns)
         t1 = time.thread_time_ns()
         self.server.publish_frame(frame)
@@ -378,13 +402,15 @@ class _Floor(_WsBench):
             index.add_connection(cid)
             index.subscribe(cid, iids)
         now = time.monotonic_ns()
-        seq.on_ticks(self.initial, now)
+        for batch in venue_batches(self.initial):
+            seq.on_batch(batch, now)
         seq.take_frame(now - now % FRAME_NS)
         frame_no = now // FRAME_NS + 100  # same varint width as the live frame numbers
         self.wires: list[dict[int, bytes]] = []
         for k, ticks in enumerate(self.frames):
             b = (frame_no + k) * FRAME_NS
-            seq.on_ticks(ticks, b)
+            for batch in venue_batches(ticks):
+                seq.on_batch(batch, b)
             frame = seq.take_frame(b)
             chunks = {r.iid: codec.encode_delta_record(r.base, r.new) for r in frame.records}
             self.wires.append(

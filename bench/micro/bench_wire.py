@@ -1,10 +1,11 @@
 """Bytes per frame on the wire: monotape's binary frame vs the same frame as JSON; encode cost.
 
 Realistic frames: ``VenueSimulator`` (default ``SimulatorConfig``: 2,400 instruments over 6
-venues, skewed activity) driven by a ``FakeClock`` advanced in 40 ms steps; its updates become
-``Tick``s the way a feed handler builds them (``seq`` = the venue's update id, or its timestamp
-on venues without ids; epoch 1), go through ``Sequencer.on_ticks`` and ``take_frame``. The first
-second is skipped, so records are deltas against a published base as at steady state.
+venues, skewed activity) driven by a ``FakeClock`` advanced in 40 ms steps; each venue's updates
+become a tick batch the way a feed handler builds one (``seq`` = the venue's update id, or its
+timestamp on venues without ids; epoch 1), go through ``Sequencer.on_batch`` and
+``take_frame``. The first second is skipped, so records are deltas against a published base as
+at steady state.
 
 Per frame, binary = ``frame_header`` + the ``encode_delta_record`` chunks (the FRAME payload,
 without the 2-4 byte WebSocket header, like the JSON side); JSON = ``codec.frame_as_json`` of the
@@ -34,11 +35,14 @@ SKIP_FRAMES = 25  # the first second: mostly first appearances (full records)
 
 def frames(count: int, rate: float | None = None) -> tuple[list[Any], list[Any]]:
     """(universe, frames) after ``SKIP_FRAMES`` of warm-up, from the simulator at ``rate``."""
+    import numpy as np
+
     from monotape.clock import FakeClock
     from monotape.config import SimulatorConfig
     from monotape.platform.core.sequencer import Sequencer
     from monotape.platform.feeds.simulator import VenueSimulator, build_universe
-    from monotape.platform.model import Tick
+    from monotape.platform.feeds.venue_wire import per_venue
+    from monotape.platform.wire.batch import HAS_UPDATE_ID, batch_of
 
     cfg = SimulatorConfig() if rate is None else SimulatorConfig(rate=rate)
     universe = build_universe(cfg.venues, cfg.instruments, cfg.seed)
@@ -49,23 +53,28 @@ def frames(count: int, rate: float | None = None) -> tuple[list[Any], list[Any]]
     for k in range(SKIP_FRAMES + count):
         clock.advance_ms(40)
         now = clock.now_ns()
-        ticks = [
-            Tick(
-                u.iid,
-                u.venue,
-                1,
-                u.venue_ts_ns if u.update_id is None else u.update_id,
-                u.venue_ts_ns,
-                u.bid,
-                u.ask,
-                u.last,
-                u.size,
+        for venue, heard in per_venue(sim.step()).items():
+            ids = [u.update_id for u in heard]
+            ts = [u.venue_ts_ns for u in heard]
+            batch = batch_of(
+                venue,
                 "A",
-                now,
+                1,
+                k,
+                {
+                    "seq": [t if i is None else i for i, t in zip(ids, ts, strict=True)],
+                    "update_id": [i or 0 for i in ids],
+                    "bid": [u.bid for u in heard],
+                    "ask": [u.ask for u in heard],
+                    "last": [u.last for u in heard],
+                    "size": [u.size for u in heard],
+                    "venue_ts": ts,
+                    "recv_ts": np.full(len(heard), now),
+                    "iid": [u.iid for u in heard],
+                    "flags": [0 if i is None else HAS_UPDATE_ID for i in ids],
+                },
             )
-            for u in sim.step()
-        ]
-        seq.on_ticks(ticks, now)
+            seq.on_batch(batch, now)
         frame = seq.take_frame(now - now % 40_000_000)
         if k >= SKIP_FRAMES and frame.records:
             out.append(frame)

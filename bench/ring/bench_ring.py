@@ -16,10 +16,11 @@ symbol's delta and full record, put the full ones in the snapshot table, publish
 the native table puts as well.
 
 And the frame's tick ages (docs/ring.md) for a 120k ticks/s frame (4,800 ticks of 2,400
-symbols in 60 bus batches): the sequencer's ``StageStamps.frame_ticks`` plus the bytes the
-publisher makes of them, and a writer's ``written_frame`` from the ages (2,100 terminals'
-writes, half of the frame's instruments sent: the per-tick path) against the one-process
-node's ``written`` of the same ticks and writes, which records the same values.
+symbols in 60 bus batches, stamped and admitted whole as tick batches): the sequencer's
+``StageStamps.frame_ticks`` plus the bytes the publisher makes of them, and a writer's
+``written_frame`` from the ages (2,100 terminals' writes, half of the frame's instruments sent:
+the per-tick path) against the one-process node's ``written`` of the same ticks and writes,
+which records the same values.
 
     .venv/bin/python -m bench.ring.bench_ring [--quick]
 """
@@ -187,22 +188,28 @@ def _ages_once(rng: random.Random) -> tuple[float, float, float]:
     import numpy as np
 
     from monotape.histograms import Recorders
+    from monotape.platform.core.sequencer import Sequencer
     from monotape.platform.core.stamps import StageStamps
     from monotape.platform.host.publisher import ages_of
     from monotape.platform.host.ring_feed import ticks_of
     from monotape.platform.model import Tick
+    from monotape.platform.wire.batch import batch_from_ticks
 
     per = AGED_TICKS // AGED_BATCHES
     sequencer, node = StageStamps(Recorders(start_ms=0)), StageStamps(Recorders(start_ms=0))
+    lanes = Sequencer(lanes=4)
     for b in range(AGED_BATCHES):
         at = 1_000_000 + b * 600_000
-        batch = [
-            Tick(rng.randrange(SEQUENCER_RECORDS), "XNAS", 1, 1, at, 1, 2, 1, 1, "A", at, at + 9)
-            for _ in range(per)
+        bus = [  # rising seqs: every tick of the bus batch is applied
+            Tick(rng.randrange(SEQUENCER_RECORDS), "XNAS", 1, b * per + k, at, 1, 2, 1, 1, "A", at)
+            for k in range(per)
         ]
-        for stamps in (sequencer, node):
-            stamps.decoded(batch)
-            stamps.admitted(batch)
+        (batch,) = batch_from_ticks(bus, batch_seq=b)
+        admission = lanes.on_batch(batch, at + 9)
+        assert admission.count == per
+        for stamps in (sequencer, node):  # as the sequencer role and the node's pipeline do
+            stamps.decoded_batch(batch)
+            stamps.admitted_batch(admission)
     t0 = time.process_time_ns()
     ticks = sequencer.frame_ticks()
     assert ticks is not None

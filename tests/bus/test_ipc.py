@@ -8,27 +8,28 @@ import shutil
 import socket
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from msgspec.structs import astuple
 from prometheus_client import CollectorRegistry, generate_latest
 
 from monotape.platform.bus.ipc import IpcTickBus, bus_path
 from monotape.platform.bus.ipc_collector import LinkCollector
-from monotape.platform.bus.link import Drop, LinkCounters, split_encode
+from monotape.platform.bus.link import MAX_MESSAGE_BYTES, Drop, LinkCounters
 from monotape.platform.bus.memory import TickBus
-from monotape.platform.bus.nats_codec import TickCodec
 from monotape.platform.feeds.simulator import build_universe
 from monotape.platform.feeds.validate import TickGate
 from monotape.platform.model import Tick
+from monotape.platform.wire.batch import HEADER, TickBatch, batch_from_ticks, split
 from tests.conftest import until
 from tests.node.test_collectors import scrape_storm
 
 UNIVERSE = build_universe(6, 60, 7)
+VENUE = UNIVERSE[0].venue
+OURS = [i.iid for i in UNIVERSE if i.venue == VENUE]  # 0, 6, ..., 54
 
 
 @pytest.fixture
@@ -40,31 +41,40 @@ def run_dir() -> Iterator[Path]:
 
 
 def _tick(seq: int, iid: int = 0, **kw: int) -> Tick:
-    venue = UNIVERSE[iid].venue if iid < len(UNIVERSE) else "XNAS"
+    """A tick of VENUE (a batch is one venue's: ``iid`` need not be one of its instruments)."""
     fields: dict[str, int] = dict(
         epoch=3, seq=seq, venue_ts_ns=1_700_000_000_000_000_000 + seq,
         bid=10_000 + seq % 97, ask=10_002 + seq % 97, last=10_001 + seq % 97, size=100,
         decoded_ns=5_000_000_000 + seq,
     )  # fmt: skip
     fields.update(kw)
-    return Tick(iid=iid, venue=venue, handler="A", **fields)
+    return Tick(iid=iid, venue=VENUE, handler="A", **fields)
 
 
-def _rows(ticks: Sequence[Tick]) -> list[tuple[object, ...]]:
-    """Field values (decoding yields ``WireTick``, a Tick subclass that compares by type)."""
-    return [astuple(t) for t in ticks]
+def _batch(ticks: list[Tick], batch_seq: int = 0) -> TickBatch:
+    (batch,) = batch_from_ticks(ticks, batch_seq)
+    return batch
+
+
+def _ours(seqs: range, **kw: int) -> TickBatch:
+    """A batch of VENUE's own instruments, one tick a seq."""
+    return _batch([_tick(s, iid=OURS[s % len(OURS)], **kw) for s in seqs])
 
 
 class Received:
     def __init__(self) -> None:
-        self.batches: list[list[Tick]] = []
+        self.batches: list[TickBatch] = []
 
-    def __call__(self, ticks: Sequence[Tick]) -> None:
-        self.batches.append(list(ticks))
+    def __call__(self, batch: TickBatch) -> None:
+        self.batches.append(batch)
+
+    @property
+    def count(self) -> int:
+        return sum(b.count for b in self.batches)
 
     @property
     def ticks(self) -> list[Tick]:
-        return [t for b in self.batches for t in b]
+        return [t for b in self.batches for t in b.ticks()]
 
 
 def _ends(
@@ -82,12 +92,17 @@ async def test_round_trip_in_order(run_dir: Path) -> None:
     sequencer, handler, got = _ends(run_dir)
     _: TickBus = handler  # structurally a TickBus
     try:
-        sent = [[_tick(b * 10 + i, iid=(b + i) % 60) for i in range(10)] for b in range(20)]
+        sent = [
+            _batch([_tick(b * 10 + i, iid=(b + i) % 60) for i in range(10)], batch_seq=b)
+            for b in range(20)
+        ]
         for batch in sent:
             handler.publish(batch)
-        await until(lambda: len(got.ticks) == 200, "every tick received")
-        # one message per batch, in publish order, values intact
-        assert [_rows(b) for b in got.batches] == [_rows(b) for b in sent]
+        await until(lambda: got.count == 200, "every tick received")
+        # one message per batch, in publish order: the very bytes sent, read in place
+        assert [b.buffer for b in got.batches] == [b.buffer for b in sent]
+        assert [b.ticks() for b in got.batches] == [b.ticks() for b in sent]
+        assert [b.batch_seq for b in got.batches] == list(range(20))
         assert handler.counters.sent_messages == 20 and handler.counters.sent_items == 200
         assert sequencer.counters.received_messages == 20
         assert sequencer.counters.received_items == 200
@@ -104,14 +119,24 @@ async def test_malformed_messages_are_counted_not_fatal(run_dir: Path) -> None:
     raw = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
         raw.connect(str(bus_path(run_dir)))
-        raw.send(b"\xc1 not msgpack")  # 0xc1 is never valid msgpack
-        raw.send(b"\x92\x01")  # an array cut short
-        handler.publish([_tick(1, iid=5), _tick(2, iid=9999)])  # iid 9999: not in the universe
-        handler.publish([_tick(3, iid=6)])
-        await until(lambda: len(got.ticks) == 2, "the valid ticks after the garbage")
+        good = _ours(range(1, 4)).buffer
+        raw.send(b"\xc1 not msgpack")  # shorter than a batch's header
+        raw.send(good[:-1])  # a batch torn short
+        raw.send(good[:3] + b"\x07" + good[4:])  # a format version this end does not read
+        raw.send(b"NOT" + good[3:])  # not a batch at all
+        handler.publish(_batch([_tick(1, iid=OURS[1]), _tick(2, iid=9999)]))  # 9999: unlisted
+        handler.publish(_batch([_tick(3, iid=OURS[2])]))
+        await until(
+            lambda: got.count == 2 and sequencer.counters.malformed_messages == 4,
+            "the valid ticks after the garbage",
+        )
         assert [t.seq for t in got.ticks] == [1, 3]
-        assert sequencer.counters.malformed_messages == 2
-        assert sum(gate.rejected.values()) == 1  # the gate refused the unknown iid
+        assert sequencer.counters.malformed_messages == 4
+        assert {r: n for r, n in gate.batches_refused.items() if n} == {
+            "short": 1, "length_mismatch": 1, "unknown_version": 1, "not_a_batch": 1,
+        }  # fmt: skip
+        assert gate.rejected == {(VENUE, "unknown_iid"): 1}  # the gate refused the unknown iid
+        assert sequencer.counters.received_items == 3  # read, before the gate
     finally:
         raw.close()
         handler.close()
@@ -121,7 +146,7 @@ async def test_malformed_messages_are_counted_not_fatal(run_dir: Path) -> None:
 async def test_receiver_down_drops_counted_not_queued(run_dir: Path) -> None:
     handler = IpcTickBus(bus_path(run_dir), time.monotonic_ns)
     for i in range(50):
-        handler.publish([_tick(i)])
+        handler.publish(_batch([_tick(i)]))
     assert handler.counters.dropped_messages == {Drop.DOWN: 50}
     assert handler.counters.dropped_items == {Drop.DOWN: 50}
     assert handler.counters.sent_messages == 0 and not handler.connected
@@ -143,7 +168,7 @@ async def _publish_until_received(handler: IpcTickBus, got: Received, *, seq: in
     deadline = time.monotonic() + 20
     while not got.ticks:
         assert time.monotonic() < deadline, "the handler never reached the sequencer"
-        handler.publish([_tick(seq)])
+        handler.publish(_batch([_tick(seq)]))
         seq += 1
         await asyncio.sleep(0.005)
 
@@ -154,7 +179,7 @@ async def test_sender_resumes_after_the_receiver_restarts(run_dir: Path) -> None
         await _publish_until_received(handler, got, seq=1)
         sequencer.close()  # the sequencer dies: its end of the connection goes away
         for i in range(10):
-            handler.publish([_tick(1_000 + i)])
+            handler.publish(_batch([_tick(1_000 + i)]))
         assert handler.counters.dropped_messages.get(Drop.DOWN, 0) >= 1
         again = Received()
         restarted = IpcTickBus(bus_path(run_dir), time.monotonic_ns)
@@ -173,13 +198,15 @@ async def test_full_receiver_drops_counted_bounded(run_dir: Path) -> None:
     every batch is dropped as receiver_full; the handler's memory holds none of them."""
     sequencer, handler, got = _ends(run_dir)
     try:
-        big = [_tick(i, iid=i % 60) for i in range(1_000)]  # ~45 KB per message
-        for _ in range(400):  # ~18 MB offered, far past the ~2 MiB send buffer
+        big = _batch([_tick(i, iid=i % 60) for i in range(800)])  # ~54 KB: one message
+        assert len(big.buffer) <= MAX_MESSAGE_BYTES
+        for _ in range(400):  # ~21 MB offered, far past the ~2 MiB send buffer
             handler.publish(big)
         full = handler.counters.dropped_messages.get(Drop.FULL, 0)
         assert full > 0
         assert handler.counters.sent_messages + full == 400
-        await until(lambda: len(got.ticks) == handler.counters.sent_items, "what was sent arrives")
+        assert handler.counters.dropped_items == {Drop.FULL: 800 * full}
+        await until(lambda: got.count == handler.counters.sent_items, "what was sent arrives")
     finally:
         handler.close()
         sequencer.close()
@@ -189,31 +216,43 @@ async def test_big_batch_is_split_under_the_message_size(run_dir: Path) -> None:
     sequencer, handler, got = _ends(run_dir)
     try:
         spike = [_tick(i, iid=i % 60) for i in range(5_000)]  # a 190k/s spike after a stall
-        handler.publish(spike)
-        await until(lambda: len(got.ticks) == 5_000, "the whole spike")
-        assert _rows(got.ticks) == _rows(spike)  # in order, nothing lost
-        assert handler.counters.sent_messages >= 4
-        assert all(len(b) < 5_000 for b in got.batches)
+        handler.publish(_batch(spike, batch_seq=40))
+        await until(lambda: got.count == 5_000, "the whole spike")
+        assert got.ticks == spike  # in order, nothing lost
+        assert handler.counters.sent_messages == len(got.batches) >= 4
+        assert all(b.count < 5_000 and len(b.buffer) <= MAX_MESSAGE_BYTES for b in got.batches)
+        # the parts keep the header and number on from the batch's own sequence number
+        assert [b.batch_seq for b in got.batches] == list(range(40, 40 + len(got.batches)))
+        assert {(b.venue, b.handler, b.epoch) for b in got.batches} == {(VENUE, "A", 3)}
     finally:
         handler.close()
         sequencer.close()
 
 
-def test_split_encode_keeps_order_and_size() -> None:
-    codec = TickCodec()
+def test_split_keeps_order_and_size() -> None:
     ticks = [_tick(i) for i in range(300)]
-    messages, lost = split_encode(ticks, codec.encode, 2_000)
-    assert lost == 0 and all(len(p) <= 2_000 for p, _ in messages)
-    assert _rows([t for p, _ in messages for t in codec.decode(p)]) == _rows(ticks)
-    assert sum(n for _, n in messages) == 300
-    # An item larger than a message can never go: counted, the rest still goes.
-    messages, lost = split_encode(ticks[:3], codec.encode, 10)
-    assert messages == [] and lost == 3
+    batch = _batch(ticks)
+    parts = split(batch, 2_000)
+    assert len(parts) > 1 and all(len(p.buffer) <= 2_000 for p in parts)
+    assert [t for p in parts for t in p.ticks()] == ticks
+    assert sum(p.count for p in parts) == 300
+    assert split(batch, len(batch.buffer)) == [batch]  # the common case: itself
+    with pytest.raises(ValueError):  # not even one tick fits
+        split(batch, HEADER.size + 66)
+
+
+def test_a_message_size_that_holds_no_tick_drops_the_batch_counted() -> None:
+    """An item larger than a message can never go: counted as oversize, never raised (publish
+    never raises), and the next batch is offered as usual."""
+    handler = IpcTickBus("/nonexistent/bus.sock", time.monotonic_ns, max_message_bytes=100)
+    handler.publish(_batch([_tick(i) for i in range(3)]))
+    assert handler.counters.dropped_messages == {Drop.OVERSIZE: 1}
+    assert handler.counters.dropped_items == {Drop.OVERSIZE: 3}
 
 
 def test_collector_exports_links() -> None:
     handler = IpcTickBus("/nonexistent/bus.sock", time.monotonic_ns)
-    handler.publish([_tick(1), _tick(2)])
+    handler.publish(_batch([_tick(1), _tick(2)]))
     reg = CollectorRegistry()
     reg.register(LinkCollector(lambda: [handler.counters]))
     text = generate_latest(reg).decode()
@@ -234,31 +273,39 @@ def test_drop_reasons_appear_during_scrapes() -> None:
 
 _i64 = st.integers(-(2**63), 2**63 - 1)
 _u64 = st.integers(0, 2**64 - 1)
-_ticks = st.builds(
-    Tick,
-    iid=st.integers(0, 59),
-    venue=st.sampled_from(["XNAS", "XNYS"]),
-    epoch=_u64,
-    seq=_u64,
-    venue_ts_ns=st.integers(0, 2**63 - 1),
-    bid=_i64,
-    ask=_i64,
-    last=_i64,
-    size=_u64,
-    handler=st.sampled_from(["A", "B"]),
-    decoded_ns=st.integers(0, 2**63 - 1),
-    admitted_ns=st.integers(0, 2**63 - 1),
-)
+
+
+@st.composite
+def _batches(draw: st.DrawFn) -> TickBatch:
+    """One handler's batch of one venue at one epoch, any column value."""
+    venue = draw(st.sampled_from(["XNAS", "XNYS"]))
+    handler = draw(st.sampled_from(["A", "B"]))
+    epoch = draw(_u64)
+    one = st.builds(
+        Tick,
+        iid=st.integers(0, 59),
+        venue=st.just(venue),
+        epoch=st.just(epoch),
+        seq=_u64,
+        venue_ts_ns=st.integers(0, 2**63 - 1),
+        bid=_i64,
+        ask=_i64,
+        last=_i64,
+        size=_u64,
+        handler=st.just(handler),
+        decoded_ns=st.integers(0, 2**63 - 1),
+    )
+    return _batch(draw(st.lists(one, min_size=1, max_size=80)), draw(st.integers(0, 2**32)))
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(batches=st.lists(st.lists(_ticks, min_size=1, max_size=80), min_size=1, max_size=6),
-       max_bytes=st.integers(200, 8_000))  # fmt: skip
-def test_round_trip_any_batches(batches: list[list[Tick]], max_bytes: int) -> None:
+@given(batches=st.lists(_batches(), min_size=1, max_size=6),
+       max_bytes=st.integers(HEADER.size + 67, 8_000))  # fmt: skip
+def test_round_trip_any_batches(batches: list[TickBatch], max_bytes: int) -> None:
     """Whatever the ticks and the message size: what arrives is what was sent, in order."""
     path = Path(tempfile.mkdtemp(prefix="mt-ipc-", dir="/tmp"))
 
-    async def run() -> list[Tick]:
+    async def run() -> list[TickBatch]:
         seq_end = IpcTickBus(bus_path(path), time.monotonic_ns, max_message_bytes=max_bytes)
         got = Received()
         seq_end.subscribe(got)
@@ -267,15 +314,17 @@ def test_round_trip_any_batches(batches: list[list[Tick]], max_bytes: int) -> No
         try:
             for b in batches:
                 pub.publish(b)
-            total = sum(map(len, batches))
-            await until(lambda: len(got.ticks) == total, "every tick", timeout_s=30)
-            return got.ticks
+            total = sum(b.count for b in batches)
+            await until(lambda: got.count == total, "every tick", timeout_s=30)
+            return got.batches
         finally:
             pub.close()
             seq_end.close()
 
     try:
-        assert _rows(asyncio.run(run())) == _rows([t for b in batches for t in b])
+        got = asyncio.run(run())
+        assert [t for b in got for t in b.ticks()] == [t for b in batches for t in b.ticks()]
+        assert all(len(b.buffer) <= max_bytes for b in got)
     finally:
         shutil.rmtree(path, ignore_errors=True)
 
@@ -286,10 +335,10 @@ async def test_message_larger_than_the_send_buffer_is_oversize(run_dir: Path) ->
     sequencer, _, got = _ends(run_dir)
     handler = IpcTickBus(bus_path(run_dir), time.monotonic_ns, max_message_bytes=8 << 20)
     try:
-        handler.publish([_tick(i, iid=i % 60) for i in range(100_000)])  # ~4.5 MB, one message
+        handler.publish(_batch([_tick(i, iid=i % 60) for i in range(100_000)]))  # 6.7 MB, one
         assert handler.counters.dropped_messages == {Drop.OVERSIZE: 1}
-        handler.publish([_tick(1)])
-        await until(lambda: len(got.ticks) == 1, "the next batch")
+        handler.publish(_batch([_tick(1)]))
+        await until(lambda: got.count == 1, "the next batch")
         assert handler.counters.connects == 1
     finally:
         handler.close()

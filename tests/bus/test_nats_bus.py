@@ -7,17 +7,16 @@ Without the binary the server tests skip, naming the package, unless CI=true: th
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
 from typing import Any
 
 import nats
 import pytest
-from msgspec.structs import astuple
 
 from monotape.platform.bus.memory import TickBus
 from monotape.platform.bus.nats_bus import NatsTickBus
-from monotape.platform.bus.nats_codec import SubjectScheme, TickCodec
+from monotape.platform.bus.nats_codec import SubjectScheme
 from monotape.platform.model import Tick
+from monotape.platform.wire.batch import TickBatch, batch_from_ticks, read_batch
 from monotape.testing.nats import find_nats_server
 from tests.conftest import until
 
@@ -31,6 +30,25 @@ def _tick(venue: str, handler: str, seq: int, iid: int = 0) -> Tick:
         bid=price - 1, ask=price + 1, last=price, size=100 + seq % 7, handler=handler,
         decoded_ns=5_000_000_000 + seq,
     )  # fmt: skip
+
+
+def _batch(ticks: list[Tick], batch_seq: int = 0) -> TickBatch:
+    (batch,) = batch_from_ticks(ticks, batch_seq)
+    return batch
+
+
+class Got:
+    """A sink: the batches delivered, and their ticks."""
+
+    def __init__(self) -> None:
+        self.batches: list[TickBatch] = []
+
+    def __call__(self, batch: TickBatch) -> None:
+        self.batches.append(batch)
+
+    @property
+    def ticks(self) -> list[Tick]:
+        return [t for b in self.batches for t in b.ticks()]
 
 
 def test_subjects() -> None:
@@ -49,15 +67,9 @@ def test_subjects() -> None:
 async def test_two_publishers_each_tick_once_in_order(nats_url: str) -> None:
     """Two handlers of a pair (two connections) publish the same venue's subject; the
     subscriber sees each handler's ticks exactly once, in publish order, values intact."""
-    got: list[Tick] = []
-    calls: list[int] = []
+    got = Got()
     sub = NatsTickBus()
-
-    def sink(ticks: Sequence[Tick]) -> None:
-        got.extend(ticks)
-        calls.append(len(ticks))
-
-    sub.subscribe(sink)
+    sub.subscribe(got)
     await sub.connect([nats_url])
     pubs = {h: NatsTickBus(name=f"handler-{h}") for h in "AB"}
     for p in pubs.values():
@@ -68,19 +80,21 @@ async def test_two_publishers_each_tick_once_in_order(nats_url: str) -> None:
         for h, p in pubs.items():
             ticks = [_tick("XNAS", h, k * BATCH + i, iid=i % 50) for i in range(BATCH)]
             sent[h].extend(ticks)
-            p.publish(ticks)
+            p.publish(_batch(ticks, batch_seq=k))
         if k % 8 == 0:
             await asyncio.sleep(0)  # let the drainers and the subscriber interleave
     for p in pubs.values():
         await p.flush()
     total = 2 * batches * BATCH
-    await until(lambda: len(got) >= total, "delivery")
+    await until(lambda: sum(b.count for b in got.batches) >= total, "delivery")
     await asyncio.sleep(0.05)  # nothing extra arrives
-    assert len(got) == total
-    assert set(calls) == {BATCH}  # one message per (venue, batch), delivered as one call
+    assert sum(b.count for b in got.batches) == total
+    # one message per batch, delivered as one call, its header intact
+    assert {b.count for b in got.batches} == {BATCH}
     for h in "AB":
-        mine = [astuple(t) for t in got if t.handler == h]
-        assert mine == [astuple(t) for t in sent[h]]  # exactly once, in order, intact
+        mine = [b for b in got.batches if b.handler == h]
+        assert [b.batch_seq for b in mine] == list(range(batches))
+        assert [t for b in mine for t in b.ticks()] == sent[h]  # exactly once, in order, intact
     assert sub.received_ticks == total and sub.received_batches == 2 * batches
     for p in pubs.values():
         assert p.dropped_batches == 0 and p.sent_batches == batches
@@ -88,7 +102,7 @@ async def test_two_publishers_each_tick_once_in_order(nats_url: str) -> None:
     await sub.close()
 
 
-async def test_mixed_venue_batch_splits_per_venue(nats_url: str) -> None:
+async def test_each_venues_batch_goes_on_its_own_subject(nats_url: str) -> None:
     seen: dict[str, list[int]] = {}
     sub = NatsTickBus(venues=["XNAS", "XLON"])  # a filter: XPAR is not delivered
     raw = await nats.connect(servers=[nats_url])
@@ -99,12 +113,13 @@ async def test_mixed_venue_batch_splits_per_venue(nats_url: str) -> None:
 
     await raw.subscribe("md.>", cb=tool)
     await raw.flush()
-    sub.subscribe(lambda ts: seen.setdefault(ts[0].venue, []).extend(t.seq for t in ts))
+    sub.subscribe(lambda b: seen.setdefault(b.venue, []).extend(b.seq.tolist()))
     await sub.connect([nats_url])
     pub = NatsTickBus()
     await pub.connect([nats_url])
     venues = ["XNAS", "XLON", "XPAR"]
-    pub.publish([_tick(venues[s % 3], "A", s) for s in range(30)])
+    for k, venue in enumerate(venues):  # a handler's batch is one venue's
+        pub.publish(_batch([_tick(venue, "A", s) for s in range(k, 30, 3)]))
     await pub.flush()
     await until(lambda: len(subjects) == 3 and sum(map(len, seen.values())) == 20, "delivery")
     assert sorted(subjects) == ["md.XLON.batch", "md.XNAS.batch", "md.XPAR.batch"]
@@ -118,65 +133,70 @@ async def test_per_symbol_scheme_serves_single_symbol_tools(nats_url: str) -> No
     symbols = {i: f"SYM{i}" for i in range(4)}
     raw = await nats.connect(servers=[nats_url])
     one = await raw.subscribe("md.XNAS.SYM2")
-    got: list[Tick] = []
+    got = Got()
     sub = NatsTickBus(scheme="symbol", symbols=symbols)
-    sub.subscribe(got.extend)
+    sub.subscribe(got)
     await sub.connect([nats_url])
     pub = NatsTickBus(scheme="symbol", symbols=symbols)
     await pub.connect([nats_url])
     ticks = [_tick("XNAS", "A", s, iid=s % 4) for s in range(40)]
-    pub.publish(ticks)
+    pub.publish(_batch(ticks))
     await pub.flush()
-    await until(lambda: len(got) == 40, "delivery")
-    for iid in range(4):  # per symbol: in order
-        assert [t.seq for t in got if t.iid == iid] == [t.seq for t in ticks if t.iid == iid]
+    await until(lambda: len(got.ticks) == 40, "delivery")
+    assert sorted(set(b.iid.tolist()) for b in got.batches) == [{0}, {1}, {2}, {3}]
+    for iid in range(4):  # per symbol: in order, values intact
+        assert [t for t in got.ticks if t.iid == iid] == [t for t in ticks if t.iid == iid]
     msg = await one.next_msg(timeout=5)
-    assert [t.seq for t in TickCodec().decode(msg.data)] == list(range(2, 40, 4))
+    one_symbol = read_batch(msg.data)  # a tool reads the one instrument's batch on its own
+    assert one_symbol.seq.tolist() == list(range(2, 40, 4))
+    assert (one_symbol.venue, one_symbol.handler, one_symbol.epoch) == ("XNAS", "A", 3)
     await pub.close()
     await sub.close()
     await raw.close()
 
 
 async def test_overflow_drops_and_counts_batches(nats_url: str) -> None:
-    got: list[Tick] = []
+    got = Got()
     sub = NatsTickBus()
-    sub.subscribe(got.extend)
+    sub.subscribe(got)
     await sub.connect([nats_url])
     pub = NatsTickBus(max_pending_batches=4)
     for k in range(10):  # not connected yet: nothing drains, the outbox fills
-        pub.publish([_tick("XNAS", "A", k * 10 + i) for i in range(10)])
+        pub.publish(_batch([_tick("XNAS", "A", k * 10 + i) for i in range(10)]))
     assert pub.pending_batches == 4
     assert pub.dropped_batches == 6 and pub.dropped_ticks == 60
     assert pub.published_batches == 4
     await pub.connect([nats_url])  # the queued batches go out, oldest first
     await pub.flush()
-    await until(lambda: len(got) == 40, "delivery")
-    assert [t.seq for t in got] == list(range(40))
+    await until(lambda: len(got.ticks) == 40, "delivery")
+    assert [t.seq for t in got.ticks] == list(range(40))
     await pub.close()
-    pub.publish([_tick("XNAS", "A", 999)])  # after close: dropped, counted, never raised
+    pub.publish(_batch([_tick("XNAS", "A", 999)]))  # after close: dropped, counted, never raised
     assert pub.dropped_batches == 7
     await sub.close()
 
 
 async def test_bad_payloads_and_sink_errors_are_counted(nats_url: str) -> None:
-    got: list[Tick] = []
+    got = Got()
 
-    def broken(_ticks: Any) -> None:
+    def broken(_batch: Any) -> None:
         raise RuntimeError("sink bug")
 
     sub = NatsTickBus()
     sub.subscribe(broken)
-    sub.subscribe(got.extend)
+    sub.subscribe(got)
     await sub.connect([nats_url])
     raw = await nats.connect(servers=[nats_url])
-    await raw.publish("md.XNAS.batch", b"not msgpack ticks")
+    await raw.publish("md.XNAS.batch", b"not a batch of ticks")
+    await raw.publish("md.XNAS.batch", _batch([_tick("XNAS", "A", 7)]).buffer[:-2])  # torn
     await raw.flush()
     pub = NatsTickBus()
     await pub.connect([nats_url])
-    pub.publish([_tick("XNAS", "A", 1)])
+    pub.publish(_batch([_tick("XNAS", "A", 1)]))
     await pub.flush()
-    await until(lambda: len(got) == 1, "delivery")
-    assert sub.decode_errors == 1
+    await until(lambda: len(got.ticks) == 1, "delivery")
+    assert [t.seq for t in got.ticks] == [1]  # refused whole: nothing of the torn one
+    assert sub.decode_errors == 2
     assert sub.sink_errors == 1
     await raw.close()
     await pub.close()
@@ -184,16 +204,16 @@ async def test_bad_payloads_and_sink_errors_are_counted(nats_url: str) -> None:
 
 
 async def test_subscribe_after_connect(nats_url: str) -> None:
-    got: list[Tick] = []
+    got = Got()
     sub = NatsTickBus()
     await sub.connect([nats_url])
-    sub.subscribe(got.extend)
+    sub.subscribe(got)
     await sub.flush()  # waits for the subscription to reach the server
     pub = NatsTickBus()
     await pub.connect([nats_url])
-    pub.publish([_tick("XNAS", "A", 5)])
+    pub.publish(_batch([_tick("XNAS", "A", 5)]))
     await pub.flush()
-    await until(lambda: len(got) == 1, "delivery")
+    await until(lambda: len(got.ticks) == 1, "delivery")
     await pub.close()
     await sub.close()
 
@@ -205,7 +225,7 @@ async def test_close_releases_everything(nats_url: str) -> None:
     await sub.connect([nats_url])
     pub = NatsTickBus()
     await pub.connect([nats_url])
-    pub.publish([_tick("XNAS", "A", s) for s in range(10)])
+    pub.publish(_batch([_tick("XNAS", "A", s) for s in range(10)]))
     assert pub.connected and sub.connected
     await pub.close()
     await sub.close()

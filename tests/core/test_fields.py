@@ -188,14 +188,21 @@ def test_the_prefix_is_where_the_gate_test_first_fails(impl: str, batch: list[Ti
 
 @pytest.mark.parametrize("impl", PREFIX_IMPLS)
 def test_ticks_from_the_wire_are_read_natively_too(impl: str) -> None:
-    """The sequencer's ticks are the bus codec's WireTicks (a Tick subclass): read in full."""
-    from monotape.platform.bus.nats_codec import TickCodec
+    """The ticks the batch path builds as objects (a batch read back from the bus's bytes, the
+    sequencer's frame records) are plain Ticks: read in full, values as sent."""
+    from monotape.platform.core.sequencer import Sequencer
+    from monotape.platform.wire.batch import batch_from_ticks, read_batch
 
-    codec = TickCodec()
     sent = [Tick(i % 2, "XNAS", 1, 10 + i, 10**18, 5, 6, 5, 1, "A", 7) for i in range(64)]
-    got = codec.decode(codec.encode(sent))
-    assert type(got[0]) is not Tick
+    (batch,) = batch_from_ticks(sent)
+    got = read_batch(batch.buffer).ticks()
+    assert got == sent and type(got[0]) is Tick
     assert PREFIX_IMPLS[impl](got, *GATE) == 64
+    seq = Sequencer(lanes=2)
+    seq.on_batch(read_batch(batch.buffer), 9)
+    framed = [r.new for r in seq.take_frame(40_000_000).records]
+    assert [t.iid for t in framed] == [0, 1] and all(type(t) is Tick for t in framed)
+    assert PREFIX_IMPLS[impl](framed, *GATE) == 2
     got[40] = Tick(0, "XNYS", 1, 1, 1, 1, 1, 1, 1)  # listed on XNAS
     assert PREFIX_IMPLS[impl](got, *GATE) == 40
 

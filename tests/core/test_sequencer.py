@@ -14,9 +14,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from monotape.metric_names import DUPLICATE_TICKS, SEQUENCE_REGRESSIONS, TICKS_ADMITTED
 from monotape.platform.core.admit import Verdict, VersionGuard
 from monotape.platform.core.conflation import FRAME_NS
-from monotape.platform.core.sequencer import Lane, Sequencer, VenueCounters
+from monotape.platform.core.sequencer import Sequencer, VenueCounters
 from monotape.platform.model import Tick
 from monotape.platform.node.collectors import SequencerCollector
+from monotape.testing.per_tick import Lane, PerTickSequencer
 
 
 def tick(iid: int, epoch: int, seq: int, venue: str = "XNAS", handler: str = "a") -> Tick:
@@ -48,7 +49,7 @@ def test_duplicates_and_regressions_counted_per_venue() -> None:
         "XLON": VenueCounters(admitted=2, duplicates=2, regressions=0),
     }
     assert (s.admitted_total, s.duplicates_total, s.regressions_total) == (4, 3, 2)
-    assert s.current(1) is ticks[4]
+    assert s.current(1) == ticks[4]
     assert s.current(9) is None
 
 
@@ -59,7 +60,7 @@ def test_on_ticks_agrees_with_lane_admit_and_the_shared_rule() -> None:
         for _ in range(3000)
     ]
     fast = Sequencer(lanes=4)
-    slow = Sequencer(lanes=4)
+    slow = PerTickSequencer(lanes=4)
     guard = VersionGuard()
     expected = [t for t in ticks if guard.check(t.iid, (t.epoch, t.seq)) is Verdict.APPLIED]
     got = fast.on_ticks(ticks, 1)
@@ -68,8 +69,8 @@ def test_on_ticks_agrees_with_lane_admit_and_the_shared_rule() -> None:
     assert fast.counters() == slow.counters()
 
 
-def test_lane_ownership_is_stable() -> None:
-    s = Sequencer(lanes=4)
+def test_lane_ownership_is_stable_in_the_reference_model() -> None:
+    s = PerTickSequencer(lanes=4)
     for iid in range(100):
         lane = s.lane_of(iid)
         assert lane is s.lane_of(iid)
@@ -96,10 +97,10 @@ def test_take_frame_merges_lanes_sorted_and_chains_bases() -> None:
     assert s.dirty_count == 5
     f1 = s.take_frame(FRAME_NS)
     assert f1.frame_no == 1 and [r.iid for r in f1.records] == [2, 3, 4, 7, 9]
-    assert s.published(7) is first[2]
+    assert s.published(7) == first[2]
     t = tick(7, 1, 2)
     s.on_ticks([t], 1)
-    assert s.current(7) is t and s.published(7) is first[2]  # not shown until the boundary
+    assert s.current(7) == t and s.published(7) == first[2]  # not shown until the boundary
     f2 = s.take_frame(2 * FRAME_NS)
     assert [(r.iid, r.base, r.new) for r in f2.records] == [(7, first[2], t)]
     assert s.take_frame(3 * FRAME_NS).records == []

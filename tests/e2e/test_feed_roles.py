@@ -15,7 +15,7 @@ import tempfile
 import time
 import urllib.request
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, cast
 
@@ -30,6 +30,7 @@ from monotape.platform.host.spec import RoleSpec, write_config
 from monotape.platform.host.telemetry import port_file
 from monotape.platform.model import Tick
 from monotape.platform.node.sources import handler_plans
+from monotape.platform.wire.batch import TickBatch
 from tests.conftest import node_config, until
 
 pytestmark = [pytest.mark.e2e]
@@ -106,8 +107,8 @@ class Tape:
         self.held: dict[int, tuple[int, int, int]] = {}  # iid -> (epoch, seq, venue_ts_ns)
         self.went_back: list[tuple[Tick, tuple[int, int, int]]] = []
 
-    def __call__(self, ticks: Sequence[Tick]) -> None:
-        for t in ticks:
+    def __call__(self, batch: TickBatch) -> None:
+        for t in batch.ticks():
             self.by_handler[(t.venue, t.handler)].append(t)
             held = self.held.get(t.iid)
             if held is None or (t.epoch, t.seq) > held[:2]:

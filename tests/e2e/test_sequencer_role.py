@@ -49,6 +49,7 @@ from monotape.platform.ring import (
     ShmRing,
 )
 from monotape.platform.wire import codec
+from monotape.platform.wire.batch import TickBatch, batch_from_ticks
 
 pytestmark = [pytest.mark.e2e]
 
@@ -183,9 +184,15 @@ def ticks_for(universe: list[Instrument], epoch: int, seqs: range, bump: int = 0
     return out
 
 
+def bus_batches(ticks: list[Tick]) -> list[TickBatch]:
+    """``ticks`` as the handlers publish them: a tick batch a venue, each in its own order."""
+    return batch_from_ticks(sorted(ticks, key=lambda t: t.venue))  # stable: order kept
+
+
 async def play(bus: NatsTickBus, tape: Tape, batches: list[list[Tick]], gap_s: float) -> None:
     for batch in batches:
-        bus.publish(batch)
+        for venue_batch in bus_batches(batch):
+            bus.publish(venue_batch)
         await bus.flush()
         await asyncio.sleep(gap_s)
         tape.poll()
@@ -308,12 +315,13 @@ async def test_ticks_over_the_host_bus(ipc_host: Host) -> None:
         ipc_host.start()
         await settle(tape, 2)
         for s in range(1, 21):
-            batch = ticks_for(some, 1, range(s, s + 1))
+            batches = bus_batches(ticks_for(some, 1, range(s, s + 1)))
             deadline = time.monotonic() + 30
             while True:  # the first sends may precede the handler end's connect: resend
                 sent = bus.counters.sent_messages
-                bus.publish(batch)
-                if bus.counters.sent_messages > sent:
+                for batch in batches:
+                    bus.publish(batch)
+                if bus.counters.sent_messages >= sent + len(batches):
                     break
                 assert time.monotonic() < deadline, "never connected to the sequencer's bus"
                 await asyncio.sleep(0.05)

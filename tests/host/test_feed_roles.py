@@ -7,7 +7,7 @@ import asyncio
 import json
 import shutil
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -17,6 +17,8 @@ from monotape.clock import FakeClock
 from monotape.config import Config
 from monotape.platform.bus.link import Drop, LinkCounters, LinkReceiver
 from monotape.platform.feeds.epochs import FileEpochStore
+from monotape.platform.feeds.simulator import VenueUpdate
+from monotape.platform.feeds.venue_wire import venue_batch
 from monotape.platform.host.feed_group import FeedGroup
 from monotape.platform.host.handler import _serve, find_plans
 from monotape.platform.host.handler_role import EPOCH_CHECK_NS, HandlerRole, feed_path
@@ -24,6 +26,7 @@ from monotape.platform.host.spec import RoleSpec
 from monotape.platform.host.venue import VenueRole
 from monotape.platform.model import Tick
 from monotape.platform.node.sources import build_sources, handler_plans
+from monotape.platform.wire.batch import TickBatch, batch_from_ticks
 from tests.conftest import node_config, until
 
 
@@ -43,10 +46,12 @@ def _cfg(run_dir: Path) -> Config:
 
 class Bus:
     def __init__(self) -> None:
+        self.batches: list[TickBatch] = []
         self.ticks: list[Tick] = []
 
-    def publish(self, ticks: Sequence[Tick]) -> None:
-        self.ticks.extend(ticks)
+    def publish(self, batch: TickBatch) -> None:
+        self.batches.append(batch)
+        self.ticks.extend(batch.ticks())
 
     def subscribe(self, sink: object) -> None:
         raise NotImplementedError
@@ -81,8 +86,11 @@ async def test_both_twins_hear_the_same_updates_and_stamp_the_same_versions(
     clock = FakeClock()
     venue = VenueRole(_spec(run_dir, "venue"), cfg, clock)
     plans = [p for p in handler_plans(cfg) if p.venue == "XNAS"]
+    buses = {p.name: Bus() for p in plans}
     roles = {
-        p.name: HandlerRole(_spec(run_dir, "handler", p.venue, p.name), cfg, p, Bus(), clock)
+        p.name: HandlerRole(
+            _spec(run_dir, "handler", p.venue, p.name), cfg, p, buses[p.name], clock
+        )
         for p in plans
     }
     receivers = [
@@ -112,9 +120,11 @@ async def test_both_twins_hear_the_same_updates_and_stamp_the_same_versions(
         clock.advance_ms(20)  # past both lags (A: 0-1 ms, B: 6-10 ms)
         for role in roles.values():
             role.pump()
-        a, b = (roles[n].bus.ticks for n in ("A", "B"))  # type: ignore[attr-defined]
+        a, b = (buses[n].ticks for n in ("A", "B"))
         assert len(a) == len(b) == sent
         assert all(t.venue == "XNAS" for t in a)
+        for name, bus in buses.items():  # each twin's batches name it
+            assert {(x.venue, x.handler) for x in bus.batches} == {("XNAS", name)}
         # The same update (iid, venue timestamp) carries the same version from both twins.
         va = {(t.iid, t.venue_ts_ns): (t.epoch, t.seq, t.bid, t.ask) for t in a}
         vb = {(t.iid, t.venue_ts_ns): (t.epoch, t.seq, t.bid, t.ask) for t in b}
@@ -186,9 +196,17 @@ def test_malformed_feed_message_is_counted(run_dir: Path) -> None:
     plan = handler_plans(cfg)[0]
     role = HandlerRole(_spec(run_dir, "handler", plan.venue, plan.name), cfg, plan, Bus())
     role.start()
+    good = venue_batch(plan.venue, [VenueUpdate(0, plan.venue, 1, 10, 100, 101, 100, 5)] * 2)
     role.on_feed(b"\xc1")
-    role.on_feed(b"\x91\x93\x01")  # an update cut short
-    assert role.feed.malformed_messages == 2 and role.feed.received_items == 0
+    role.on_feed(good.buffer[:-1])  # an update cut short
+    role.on_feed(b"NOT" + good.buffer[3:])  # not a venue batch at all
+    assert role.feed.malformed_messages == 3 and role.feed.received_items == 0
+    assert role.handler.next_due_ns is None  # refused whole: nothing entered the delay line
+    assert {r: n for r, n in role.gate.batches_refused.items() if n} == {
+        "short": 1, "length_mismatch": 1, "not_a_batch": 1,
+    }  # fmt: skip
+    role.on_feed(good.buffer)  # the next message is heard as usual
+    assert role.feed.received_items == 2 and role.handler.next_due_ns is not None
     assert isinstance(role.feed, LinkCounters)
 
 
@@ -216,13 +234,14 @@ class TickingClock(FakeClock):
         return self._now
 
 
-async def test_one_process_runs_every_venues_a_handler_as_one_batch_per_wake(
+async def test_one_process_runs_every_venues_a_handler_a_batch_each_per_wake(
     run_dir: Path,
 ) -> None:
     """The A side of the host: both venues' A handlers in one FeedGroup, one gate, one bus.
-    A pump publishes what every handler has due as one batch, stamped decoded at one time (the
-    sequencer records a batch of one stamp as one run); the timer is for the earliest head of
-    them; a handler that fails is counted and the other venue still publishes."""
+    A pump publishes what each handler has due as its own batch (one venue, one handler, one
+    epoch), every batch stamped decoded at one time (the sequencer records a batch of one stamp
+    as one run); the timer is for the earliest head of them; a handler that fails is counted
+    and the other venue still publishes."""
     cfg = _cfg(run_dir)
     clock = TickingClock()
     venue = VenueRole(_spec(run_dir, "venue"), cfg, clock)
@@ -252,13 +271,15 @@ async def test_one_process_runs_every_venues_a_handler_as_one_batch_per_wake(
         assert group.next_due_ns() == min(h for h in heads if h is not None)
         clock.advance_ms(20)  # past every A lag (0-1 ms)
         assert group.pump() == sum(sent.values())
-        assert len(bus.batches) == 1  # one publish for both venues
-        assert {t.venue for t in bus.batches[0]} == {p.venue for p in plans}
-        assert {t.handler for t in bus.batches[0]} == {"A"}
-        assert len({t.decoded_ns for t in bus.batches[0]}) == 1  # one stamp for the batch
+        assert len(bus.batches) == 2  # a batch a venue, both in one wake-up
+        assert sorted(b.venue for b in bus.batches) == sorted(p.venue for p in plans)
+        assert {b.handler for b in bus.batches} == {"A"}
+        assert {b.venue: b.count for b in bus.batches} == sent
+        stamps = {t for b in bus.batches for t in b.recv_ts.tolist()}
+        assert len(stamps) == 1  # one stamp for the wake-up (the clock ticks at every read)
         assert group.published == sum(sent.values()) and group.next_due_ns() is None
 
-        def broken(now: int | None = None) -> list[Tick]:
+        def broken(now: int | None = None) -> list[TickBatch]:
             raise RuntimeError("a bad venue")
 
         roles[0].due = broken  # type: ignore[method-assign]
@@ -267,8 +288,9 @@ async def test_one_process_runs_every_venues_a_handler_as_one_batch_per_wake(
             venue.step()
         await until(lambda: roles[1].handler.next_due_ns is not None, "the other venue heard")
         clock.advance_ms(20)
+        published = len(bus.batches)
         assert group.pump() > 0  # the other venue published
-        assert {t.venue for t in bus.batches[-1]} == {plans[1].venue}
+        assert [b.venue for b in bus.batches[published:]] == [plans[1].venue]
         assert group.failures.counts == {"pump": 1}
     finally:
         for r in receivers:
@@ -277,13 +299,7 @@ async def test_one_process_runs_every_venues_a_handler_as_one_batch_per_wake(
 
 
 class Batches(Bus):
-    def __init__(self) -> None:
-        super().__init__()
-        self.batches: list[list[Tick]] = []
-
-    def publish(self, ticks: Sequence[Tick]) -> None:
-        super().publish(ticks)
-        self.batches.append(list(ticks))
+    """A bus that keeps what it was handed (the batches, as ``Bus`` does)."""
 
 
 async def test_a_handler_whose_step_keeps_raising_does_not_spin_the_process(
@@ -299,7 +315,7 @@ async def test_a_handler_whose_step_keeps_raising_does_not_spin_the_process(
     group.start()
     pumps = 0
 
-    def broken(now: int | None = None) -> list[Tick]:
+    def broken(now: int | None = None) -> list[TickBatch]:
         nonlocal pumps
         pumps += 1
         raise RuntimeError("a bad venue")
@@ -318,32 +334,37 @@ async def test_a_handler_whose_step_keeps_raising_does_not_spin_the_process(
     assert group.failures.counts["pump"] == pumps
 
 
-def test_when_the_bus_takes_only_the_first_part_of_each_batch_no_venue_starves(
+def test_when_the_bus_takes_only_the_first_batches_of_a_wake_no_venue_starves(
     run_dir: Path,
 ) -> None:
-    """A batch larger than one bus message goes as several, in order, and a full sequencer
-    socket drops the later ones: the pumps rotate which venue goes first, so the loss is
-    spread over every venue instead of freezing the same ones every time."""
+    """A full sequencer socket drops the later messages of a wake-up: the pumps rotate which
+    venue's batch goes first, so the loss is spread over every venue instead of freezing the
+    same ones every time."""
     cfg = _cfg(run_dir)
     clock = FakeClock()
     plans = find_plans(cfg, "", "A")
     roles = [HandlerRole(_spec(run_dir, "handler", "", "A"), cfg, p, Bus(), clock) for p in plans]
 
-    class FirstHalf:  # a socket with room for the first half of each batch only
+    class FirstOnly:  # a socket with room for the first batch of each wake-up only
         def __init__(self) -> None:
-            self.kept: list[Tick] = []
+            self.room = 1
+            self.kept: list[TickBatch] = []
 
-        def publish(self, ticks: Sequence[Tick]) -> None:
-            self.kept += ticks[: len(ticks) // 2]
+        def publish(self, batch: TickBatch) -> None:
+            if self.room:
+                self.room -= 1
+                self.kept.append(batch)
 
-    bus = FirstHalf()
+    bus = FirstOnly()
     group = FeedGroup(roles, bus, clock)  # type: ignore[arg-type]
     for n, role in enumerate(roles):
-        due = [Tick(n, role.plan.venue, 1, s, 0, 100, 101, 100, 1) for s in range(1, 11)]
+        ticks = [Tick(n, role.plan.venue, 1, s, 0, 100, 101, 100, 1, "A") for s in range(1, 11)]
+        due = batch_from_ticks(ticks)
         role.due = lambda now=None, due=due: list(due)  # type: ignore[method-assign,misc]
     for _ in range(2 * len(roles)):
+        bus.room = 1  # the sequencer read its socket between two wake-ups
         assert group.pump() == 10 * len(roles)
-    through = {p.venue: sum(t.venue == p.venue for t in bus.kept) for p in plans}
+    through = {p.venue: sum(b.count for b in bus.kept if b.venue == p.venue) for p in plans}
     assert len(through) == len(roles) >= 2
-    # every venue led the same number of batches, so each got the same share through
+    # every venue led the same number of wake-ups, so each got the same share through
     assert set(through.values()) == {10 * 2}, through

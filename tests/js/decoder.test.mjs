@@ -23,6 +23,7 @@ const chunk = (name) => enc.encodeDeltaRecord(byName[name].base, byName[name].ne
 // until someone decides.
 const NOT_FOR_A_TERMINAL = {
   "websocket.json": "RFC 6455 server framing: the runtime's WebSocket (browser or Node) unframes",
+  "batches.json": "the feed handlers' tick batches to the sequencer (docs/batches.md): never on a terminal's socket",
 };
 
 test("every vector file is checked or named as not a terminal's", () => {

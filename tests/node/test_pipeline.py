@@ -14,32 +14,37 @@ from monotape.clock import FakeClock
 from monotape.config import FeedConfig, ServerConfig
 from monotape.histograms import Recorders
 from monotape.platform.bus.memory import InProcessBus
-from monotape.platform.core.sequencer import Sequencer
+from monotape.platform.core.sequencer import Admission, Sequencer
 from monotape.platform.core.stamps import StageStamps
 from monotape.platform.feeds.simulator import build_universe
 from monotape.platform.model import Tick
 from monotape.platform.node.failures import StageFailures
 from monotape.platform.node.pipeline import Pipeline
 from monotape.platform.server.endpoint import FanoutServer
+from monotape.platform.wire.batch import TickBatch, batch_from_ticks
 
 FRAME_NS = 40_000_000
 
 
 @dataclass
 class DueHandler:
-    """A feed handler whose delay line holds the given batches, one per ``drain_due``."""
+    """A feed handler whose delay line holds the given ticks, one drain's worth per
+    ``drain_batches`` (as tick batches, one per run of one epoch, as a handler drains them)."""
 
     venue: str
     due: list[list[Tick]] = field(default_factory=list)
     drained_at: list[int | None] = field(default_factory=list)
+    drained: list[TickBatch] = field(default_factory=list)
 
-    def drain_due(self, now: int | None = None) -> list[Tick]:
+    def drain_batches(self, now: int | None = None) -> list[TickBatch]:
         self.drained_at.append(now)
-        return self.due.pop(0) if self.due else []
+        batches = batch_from_ticks(self.due.pop(0)) if self.due else []
+        self.drained += batches
+        return batches
 
 
 class BrokenHandler(DueHandler):
-    def drain_due(self, now: int | None = None) -> list[Tick]:
+    def drain_batches(self, now: int | None = None) -> list[TickBatch]:
         raise RuntimeError("a handler's bug")
 
 
@@ -88,26 +93,28 @@ def test_pump_moves_due_ticks_through_the_bus_into_the_sequencer() -> None:
     assert dict(p.by_venue) == {"XA": twins}
 
 
-def test_a_pump_drains_every_handler_at_one_time_into_one_batch() -> None:
-    """One bus batch and one decoded stamp per step, whatever the number of handlers: the
-    sequencer and the stage recorder pay their per-call cost once a millisecond."""
+def test_a_pump_drains_every_handler_at_one_time_a_batch_each_by_reference() -> None:
+    """Every handler drained at one time, each drain's batch stamped once and handed to the
+    sequencer as it is: the handler's own object (no copy, no merge, no object per tick)."""
     clock = FakeClock()
-    handlers = [DueHandler("XA", [[_tick(i, 1, clock)]]) for i in range(3)]
+    handlers = [DueHandler("XA", [[_tick(i, 1, clock), _tick(i + 3, 1, clock)]]) for i in range(3)]
     p = _pipeline(handlers, clock)
-    batches: list[list[int]] = []
-    p.bus.subscribe(lambda ticks: batches.append([t.iid for t in ticks]))
+    batches: list[TickBatch] = []
+    p.bus.subscribe(batches.append)
     stamped: list[int] = []
-    real = p.stamps.decoded
+    real = p.stamps.decoded_batch
 
-    def decoded(ticks: Sequence[Tick]) -> None:
-        stamped.append(len(ticks))
-        real(ticks)
+    def decoded_batch(batch: TickBatch) -> None:
+        stamped.append(batch.count)
+        real(batch)
 
-    p.stamps.decoded = decoded  # type: ignore[method-assign]
+    p.stamps.decoded_batch = decoded_batch  # type: ignore[method-assign]
     p.pump()
-    assert batches == [[0, 1, 2]]
-    assert stamped == [3]
+    assert [b.iid.tolist() for b in batches] == [[0, 3], [1, 4], [2, 5]]
+    assert all(b is h.drained[0] for b, h in zip(batches, handlers, strict=True))
+    assert stamped == [2, 2, 2] and p.decoded_ticks == 6
     assert {h.drained_at[0] for h in handlers} == {clock.now_ns()}
+    assert p.sequencer.counters()["XA"].admitted == 6
 
 
 def test_a_handler_that_raises_costs_the_others_nothing() -> None:
@@ -141,18 +148,18 @@ def test_a_batch_that_raises_is_counted_and_the_next_is_admitted(
 ) -> None:
     clock = FakeClock()
     p = _pipeline([], clock)
-    real = p.stamps.admitted
+    real = p.stamps.admitted_batch
     calls = {"n": 0}
 
-    def admitted(applied: Sequence[Tick]) -> None:
+    def admitted_batch(admission: Admission) -> None:
         calls["n"] += 1
         if calls["n"] == 1:
             raise ValueError("a poisoned batch")
-        real(applied)
+        real(admission)
 
-    monkeypatch.setattr(p.stamps, "admitted", admitted)
-    p.bus.publish([_tick(0, 1, clock)])
-    p.bus.publish([_tick(0, 2, clock)])
+    monkeypatch.setattr(p.stamps, "admitted_batch", admitted_batch)
+    for batch in batch_from_ticks([_tick(0, 1, clock)]) + batch_from_ticks([_tick(0, 2, clock)]):
+        p.bus.publish(batch)
     assert p.failures.counts == {"sequence": 1}
     current = p.sequencer.current(0)
     assert current is not None and current.seq == 2

@@ -2,7 +2,8 @@
 
 The gate (``feeds.validate``): what it refuses, how it counts and how rarely it logs, and the
 property that matters: any tick it admits encodes on the wire (full and delta) and fits the stage
-stamps. The feed handler and the NATS decoder as doors. Then the frame loop of an in-process node
+stamps; the batch gate (``gate_batch``) answers as the per-tick one. The feed handler and the
+NATS bus's inbox as doors. Then the frame loop of an in-process node
 that survives an encoder exception (one symbol, then one whole frame), and the supervisor that
 starts a dead loop again.
 """
@@ -14,7 +15,6 @@ import types
 from pathlib import Path
 from typing import Any
 
-import msgspec
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -36,6 +36,7 @@ from monotape.platform.node.failures import StageFailures
 from monotape.platform.node.node import Node
 from monotape.platform.sdk.client import TerminalClient
 from monotape.platform.wire import codec
+from monotape.platform.wire.batch import TickBatch, batch_from_ticks
 from tests.conftest import node_config, until
 
 TS = 1_764_460_800_000_000_000
@@ -241,30 +242,98 @@ def test_the_handler_refuses_what_the_wire_cannot_carry() -> None:
     }
 
 
-# -- the NATS decoder as a door (no server needed: the message callback directly) ---------
+# -- the NATS bus's inbox as a door (no server needed: the message callback directly) -------
 def _msg(subject: str, data: bytes) -> Msg:
     """A NATS message as the subscription hands it over (its client is never used)."""
     return Msg(NATS(), subject=subject, data=data)
 
 
-async def test_one_malformed_item_does_not_cost_its_batch() -> None:
+def _buffer(*ticks: Tick) -> bytes:
+    (batch,) = batch_from_ticks(list(ticks))
+    return batch.buffer
+
+
+async def test_a_bad_tick_costs_only_itself_and_a_bad_buffer_only_itself() -> None:
     g = gate()
     bus = NatsTickBus(gate=g)
-    got: list[Tick] = []
-    bus.subscribe(got.extend)
-    ok = [0, "XNAS", 3, 1_001, TS, 100, 101, 100, 5, "A", 1, 0]
-    poison = [1, "XNAS", 3, 1_001, TS, 2**64 - 1, 101, 100, 5, "A", 1, 0]
-    batch = msgspec.msgpack.encode([ok, ["not", "a", "tick"], poison, {**_as_map(ok), "seq": 9}])
+    got: list[TickBatch] = []
+    bus.subscribe(got.append)
+    batch = _buffer(
+        good(),
+        good(iid=2, seq=2),  # XNYS's instrument in an XNAS batch
+        good(iid=3, seq=3),  # not in the dictionary
+        good(iid=1, seq=4, venue_ts_ns=-1),  # a venue timestamp before 1970
+        good(iid=1, seq=5, decoded_ns=-1),  # a receive stamp below zero
+        good(seq=9),
+    )
     await bus._on_msg(_msg("md.XNAS.batch", batch))
-    assert [t.seq for t in got] == [1_001, 9]
-    assert g.rejected == {("XNAS", "undecodable"): 1, ("XNAS", "price_out_of_range"): 1}
+    assert [t.seq for b in got for t in b.ticks()] == [1_001, 9]
+    assert g.rejected == {
+        ("XNAS", "wrong_venue"): 1,
+        ("XNAS", "unknown_iid"): 1,
+        ("XNAS", "timestamp_out_of_range"): 2,
+    }
+    # buffers that are not a batch: refused whole, counted by reason, no tick refused
+    await bus._on_msg(_msg("md.XNAS.batch", batch[:-1]))
     await bus._on_msg(_msg("md.XNAS.batch", b"\xc1 not msgpack"))
-    assert g.rejected[("XNAS", "undecodable")] == 2
-    assert bus.decode_errors == 2
+    assert {r: n for r, n in g.batches_refused.items() if n} == {"length_mismatch": 1, "short": 1}
+    assert bus.decode_errors == 2 and sum(g.rejected.values()) == 4
+    # a header naming a venue that is not ours, an epoch the sequencer cannot hold: every tick
+    await bus._on_msg(_msg("md.EVIL.batch", _buffer(good(venue="EVIL"), good(venue="EVIL"))))
+    await bus._on_msg(_msg("md.XNAS.batch", _buffer(good(epoch=2**63), good(epoch=2**63))))
+    assert g.rejected[(UNKNOWN_VENUE, "wrong_venue")] == 2
+    assert g.rejected[("XNAS", "epoch_out_of_range")] == 2
+    # and the next batch is read as usual
+    await bus._on_msg(_msg("md.XNAS.batch", _buffer(good(seq=10), good(iid=1, seq=11))))
+    assert [t.seq for t in got[-1].ticks()] == [10, 11] and bus.decode_errors == 2
 
 
-def _as_map(row: list[Any]) -> dict[str, Any]:
-    return dict(zip(Tick.__struct_fields__, row, strict=True))
+_i64 = st.integers(-(2**63), 2**63 - 1)
+batch_ticks = st.builds(
+    Tick,
+    iid=st.integers(min_value=0, max_value=4),
+    venue=st.just("XNAS"),
+    epoch=st.just(3),
+    seq=st.integers(0, 2**64 - 1),
+    venue_ts_ns=st.one_of(_i64, st.just(TS)),
+    bid=_i64,
+    ask=_i64,
+    last=_i64,
+    size=st.integers(0, 2**64 - 1),
+    handler=st.just("A"),
+    decoded_ns=st.one_of(_i64, st.just(5_000_000_000)),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    ticks=st.lists(batch_ticks, min_size=1, max_size=12),
+    venue=st.sampled_from(["XNAS", "XNYS", "EVIL"]),
+    epoch=st.one_of(st.integers(0, 9), st.integers(0, 2**64 - 1)),
+)
+def test_the_batch_gate_keeps_and_counts_what_the_per_tick_gate_does(
+    ticks: list[Tick], venue: str, epoch: int
+) -> None:
+    """``gate_batch`` over a batch's columns keeps exactly the ticks ``admit`` keeps of the same
+    ticks as objects, in order, and counts the same refusals (venue and reason; a batch of a
+    venue that is not ours, or at an epoch the sequencer cannot hold, is refused as a whole,
+    every tick of it for that reason)."""
+    for t in ticks:
+        t.venue, t.epoch = venue, epoch
+    (batch,) = batch_from_ticks(ticks)
+    by_tick, by_batch = gate(), gate()
+    kept = list(by_tick.admit(ticks, "property"))
+    gated = by_batch.gate_batch(batch, "property")
+    assert gated.ticks() == kept
+    if venue == "EVIL":
+        assert not kept and by_batch.rejected == {(UNKNOWN_VENUE, "wrong_venue"): len(ticks)}
+    elif epoch >= 2**63:  # the sequencer's versions are int64: neither door lets one through
+        assert not kept and by_batch.rejected == {(venue, "epoch_out_of_range"): len(ticks)}
+        assert by_tick.rejected_total == len(ticks)
+    else:
+        assert by_batch.rejected == by_tick.rejected
+    if not by_tick.rejected:
+        assert gated is batch  # nothing copied on the common path
 
 
 # -- stage loops of a real node survive -------------------------------------------------------

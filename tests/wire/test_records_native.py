@@ -15,9 +15,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from monotape.platform.bus.nats_codec import TickCodec, WireTick
+from monotape.platform.core.sequencer import Sequencer
 from monotape.platform.model import Tick
 from monotape.platform.wire import records
+from monotape.platform.wire.batch import batch_from_ticks, read_batch
 from monotape.platform.wire.records import python_encode_delta_record, python_encode_full_record
 from tests.sanitized import load_sanitized
 from tests.wire.strategies import I64, U64, base_and_new, tick, ticks
@@ -122,17 +123,23 @@ class Spy:
 
 @needs_native
 def test_subclasses_that_read_like_tick_are_encoded_natively() -> None:
-    """The bus codec's WireTick (every tick the host's sequencer encodes) and a subclass that
-    adds a field are read in C; a subclass with its own attribute lookup, or one whose type
-    changed since it was admitted, goes to the reference, which reads what Python reads."""
+    """The ticks the sequencer encodes (its frame records, built from a batch's columns: every
+    tick a writer's frame carries) and a subclass that adds a field are read in C; a subclass
+    with its own attribute lookup, or one whose type changed since it was admitted, goes to the
+    reference, which reads what Python reads."""
     assert NATIVE is not None
     full, delta = Spy(records._encode_full_checked), Spy(records._encode_delta_checked)
     NATIVE.bind(Tick, full, delta)
     try:
-        codec = TickCodec()
         plain = tick(7, 1, 1_000, 100, 101, 100, 5)
-        wire = codec.decode(codec.encode([plain, tick(7, 1, 1_003, 99, 102, 101, 3)]))
-        assert type(wire[0]) is WireTick
+        seq = Sequencer(lanes=1)
+        for n, sent in enumerate((plain, tick(7, 1, 1_003, 99, 102, 101, 3)), start=1):
+            (batch,) = batch_from_ticks([sent])
+            seq.on_batch(read_batch(batch.buffer), n)  # as the bus hands it over
+            (record,) = seq.take_frame(n * 40_000_000).records
+        assert record.base is not None and type(record.new) is Tick
+        wire = (record.base, record.new)
+        assert [t.seq for t in wire] == [1_000, 1_003]
         sub = Subtick(**{f: getattr(plain, f) for f in Tick.__struct_fields__}, note="x")
         for t in (*wire, sub):
             assert NATIVE.encode_full_record(t) == python_encode_full_record(t)

@@ -2,8 +2,8 @@
 
 Same ``TickBus`` protocol as ``memory.InProcessBus`` and ``nats_bus.NatsTickBus``; the handlers'
 end publishes, the sequencer's end (``listen``) receives and calls its sinks. A message is one
-batch encoded with the NATS bus's ``TickCodec`` (msgpack arrays, ~45 B per tick; no pickle),
-carried by a ``link`` (a Unix SOCK_SEQPACKET socket at ``run_dir/bus.sock``).
+tick batch's buffer (``wire/batch.py``: the same bytes the NATS bus carries, read in place at
+the other end), carried by a ``link`` (a Unix SOCK_SEQPACKET socket at ``run_dir/bus.sock``).
 
 Publishing never blocks and never queues: while the sequencer is down (a restart) or its socket
 buffer is full, the batch is dropped and counted by reason (``link.Drop``), and the handler
@@ -11,14 +11,14 @@ connects again as soon as a sequencer listens on the path. A batch larger than a
 (a 190k/s spike after a stall) is split into several, in order.
 
 Received batches pass the node's ``TickGate`` as the NATS bus's do (a tick out of the wire's
-range is refused and counted, never admitted); a message that does not decode is salvaged item
-by item, and one that is not a batch at all is counted as malformed.
+range is refused and counted, never admitted); a message that is not a batch of this format is
+refused whole, counted by reason and as malformed (``inbox.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 
 from monotape.platform.bus.inbox import Inbox
@@ -28,12 +28,10 @@ from monotape.platform.bus.link import (
     LinkCounters,
     LinkReceiver,
     LinkSender,
-    split_encode,
 )
 from monotape.platform.bus.memory import TickSink
-from monotape.platform.bus.nats_codec import TickCodec
 from monotape.platform.feeds.validate import TickGate
-from monotape.platform.model import Tick
+from monotape.platform.wire.batch import TickBatch, split
 
 __all__ = ["BUS_SOCKET", "IpcTickBus", "bus_path"]
 
@@ -69,24 +67,24 @@ class IpcTickBus:
         self.gate = gate
         self.max_message_bytes = max_message_bytes
         self.counters = LinkCounters(link)
-        self.codec = TickCodec()
         self.last_error = ""
-        # Not a batch at all: a malformed message (counted), not a gate refusal.
-        self._inbox = Inbox(self.codec, gate, self._note_error, refuse_unreadable=False)
+        self._inbox = Inbox(gate, self._note_error)
         self._sender = LinkSender(self.path, self.counters, now_ns)
         self._receiver: LinkReceiver | None = None
 
     # -- TickBus ---------------------------------------------------------------------------------
-    def publish(self, ticks: Sequence[Tick]) -> None:
-        """Encode and send now, split under the message size; a batch that cannot go is dropped
-        and counted (``counters.dropped_*`` by reason). Never blocks, never raises."""
-        if not ticks:
+    def publish(self, batch: TickBatch) -> None:
+        """Send the batch's buffer now, split under the message size; a batch that cannot go
+        is dropped and counted (``counters.dropped_*`` by reason). Never blocks, never raises."""
+        if not batch.count:
             return
-        messages, oversize = split_encode(ticks, self.codec.encode, self.max_message_bytes)
-        if oversize:
-            self.counters.drop(Drop.OVERSIZE, oversize)
-        for payload, n in messages:
-            self._sender.send(payload, n)
+        try:
+            parts = split(batch, self.max_message_bytes)
+        except ValueError:  # a message size that holds no tick: nothing of it could ever go
+            self.counters.drop(Drop.OVERSIZE, batch.count)
+            return
+        for part in parts:
+            self._sender.send(part.buffer, part.count)
 
     def subscribe(self, sink: TickSink) -> None:
         self._inbox.sinks.append(sink)

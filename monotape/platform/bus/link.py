@@ -15,9 +15,9 @@ limited by the sender's send buffer in *bytes* only (set to ``SEND_BUFFER_BYTES`
 200 ms of one venue at the 190k ticks/s spike), and each end learns when the other is gone
 (``EPIPE`` / end of stream), so the sender reconnects to a restarted receiver by itself.
 
-``split_encode`` cuts a batch into messages under ``MAX_MESSAGE_BYTES`` (a 190k/s spike after a
-stall makes batches of thousands of ticks); it is pure, as are the counters (``LinkCounters``),
-read at scrape time by ``ipc_collector.LinkCollector``.
+A batch too large for ``MAX_MESSAGE_BYTES`` (a 190k/s spike after a stall makes batches of
+thousands of ticks) is cut by ``wire.batch.split`` before it gets here; the counters
+(``LinkCounters``) are plain ints, read at scrape time by ``ipc_collector.LinkCollector``.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import enum
 import errno
 import os
 import socket
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, TypeVar
@@ -41,7 +41,6 @@ __all__ = [
     "LinkCounters",
     "LinkReceiver",
     "LinkSender",
-    "split_encode",
 ]
 
 MAX_MESSAGE_BYTES = 60_000  # ~1,300 ticks (~45 B each); well under the send buffer
@@ -85,27 +84,6 @@ class LinkCounters:
     def drop(self, reason: Drop, items: int) -> None:
         self.dropped_messages[reason] = self.dropped_messages.get(reason, 0) + 1
         self.dropped_items[reason] = self.dropped_items.get(reason, 0) + items
-
-
-def split_encode(
-    items: Sequence[T], encode: Callable[[Sequence[T]], bytes], max_bytes: int
-) -> tuple[list[tuple[bytes, int]], int]:
-    """``items`` as messages of at most ``max_bytes`` each, in order: ``([(payload, n)], lost)``.
-
-    Encodes the whole batch first (the common case: one message); a batch too large is halved
-    until each part fits. An item that alone exceeds ``max_bytes`` is left out and counted in
-    ``lost`` (``Drop.OVERSIZE``): it could never be sent."""
-    if not items:
-        return [], 0
-    payload = encode(items)
-    if len(payload) <= max_bytes:
-        return [(payload, len(items))], 0
-    if len(items) == 1:
-        return [], 1
-    mid = len(items) // 2
-    head, lost_head = split_encode(items[:mid], encode, max_bytes)
-    tail, lost_tail = split_encode(items[mid:], encode, max_bytes)
-    return head + tail, lost_head + lost_tail
 
 
 _SUN_PATH_MAX = 107  # bytes a Unix socket address holds (sun_path[108], NUL-terminated)

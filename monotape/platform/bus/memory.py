@@ -1,21 +1,21 @@
-"""The tick bus: feed handlers publish normalized ticks, sequencers subscribe.
+"""The tick bus: feed handlers publish tick batches, sequencers subscribe.
 
 ``TickBus`` is the boundary (its docstring states the ordering guarantee every implementation
-keeps); ``InProcessBus`` beside it is the embedded default. The NATS implementation
-(``nats_bus``, with its message format in ``nats_codec``) joins it behind the same protocol when
-the pipeline spans hosts.
+keeps); ``InProcessBus`` beside it is the embedded default: it hands a batch over by reference.
+The IPC (``ipc``) and NATS (``nats_bus``) implementations carry the batch's own buffer
+(``wire/batch.py``), the same bytes on both.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Protocol
 
-from monotape.platform.model import Tick
+from monotape.platform.wire.batch import TickBatch
 
 __all__ = ["InProcessBus", "TickBus", "TickSink"]
 
-TickSink = Callable[[Sequence[Tick]], None]
+TickSink = Callable[[TickBatch], None]
 
 
 class TickBus(Protocol):
@@ -23,7 +23,7 @@ class TickBus(Protocol):
     each batch in its own order. Nothing is promised across publishers: the two handlers of a
     pair interleave freely, which is why the sequencer orders by version, never by arrival."""
 
-    def publish(self, ticks: Sequence[Tick]) -> None: ...
+    def publish(self, batch: TickBatch) -> None: ...
 
     def subscribe(self, sink: TickSink) -> None: ...
 
@@ -38,12 +38,12 @@ class InProcessBus:
         self._sinks: list[TickSink] = []
         self.published = 0
 
-    def publish(self, ticks: Sequence[Tick]) -> None:
-        if not ticks:
+    def publish(self, batch: TickBatch) -> None:
+        if not batch.count:
             return
-        self.published += len(ticks)
+        self.published += batch.count
         for sink in self._sinks:
-            sink(ticks)
+            sink(batch)
 
     def subscribe(self, sink: TickSink) -> None:
         self._sinks.append(sink)

@@ -1,10 +1,11 @@
 """The tick bus across hosts: NATS core pub/sub, batched (docs/nats.md); its asyncio driver.
 
-Feed handlers publish normalized ticks; every host's sequencer subscribes (design: Processes and
-scale). What a message and a subject are (one batch per venue, ``md.<venue>.batch``) lives in
-``nats_codec``, without I/O; this module moves those messages.
+Feed handlers publish tick batches; every host's sequencer subscribes (design: Processes and
+scale). A message is a batch's own buffer (``wire/batch.py``: the bytes the IPC bus carries);
+its subject (one batch per venue, ``md.<venue>.batch``) comes from ``nats_codec``, without I/O;
+this module moves those messages.
 
-The synchronous ``publish()`` (the node calls it from its pump) encodes at once and appends to a
+The synchronous ``publish()`` (the node calls it from its pump) takes the buffer and appends to a
 bounded outbox; a task started by ``connect()`` drains the outbox into nats-py's pending buffer,
 which nats-py's own flusher writes to the socket. A full outbox drops the batch and counts it
 (``dropped_batches`` / ``dropped_ticks``): memory never grows without bound.
@@ -24,6 +25,7 @@ from typing import Any
 
 import nats
 import nats.errors
+import numpy as np
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
@@ -35,15 +37,14 @@ from monotape.platform.bus.nats_codec import (
     BATCH_TOKEN,
     SUBJECT_PREFIX,
     SubjectScheme,
-    TickCodec,
     subject_token,
 )
 from monotape.platform.feeds.validate import TickGate
-from monotape.platform.model import Tick
+from monotape.platform.wire.batch import TickBatch, take
 
 __all__ = ["DEFAULT_MAX_PENDING_BATCHES", "NatsTickBus"]
 
-DEFAULT_MAX_PENDING_BATCHES = 4_096  # x 256 ticks x ~45 B: at most ~47 MB queued, ~5 s of spike
+DEFAULT_MAX_PENDING_BATCHES = 4_096  # x 256 ticks x 67 B: at most ~70 MB queued, ~5 s of spike
 DEFAULT_PENDING_MSGS = 65_536  # per subscription, in nats-py, before it drops (slow consumer)
 DEFAULT_PENDING_BYTES = 256 * 1024 * 1024
 
@@ -73,7 +74,6 @@ class NatsTickBus:
         scheme: SubjectScheme | str = SubjectScheme.BATCH,
         symbols: Mapping[int, str] | None = None,
         prefix: str = SUBJECT_PREFIX,
-        array_like: bool = True,
         max_pending_batches: int = DEFAULT_MAX_PENDING_BATCHES,
         venues: Sequence[str] | None = None,
         name: str = "monotape",
@@ -86,7 +86,6 @@ class NatsTickBus:
             raise ValueError("max_pending_batches must be >= 1")
         self.prefix = prefix
         self.symbols: Mapping[int, str] = symbols or {}
-        self.codec = TickCodec(array_like=array_like)
         self.max_pending_batches = max_pending_batches
         self.venues = list(venues) if venues else None  # subscribe filter; None: every venue
         self.name = name
@@ -104,7 +103,7 @@ class NatsTickBus:
         self.decode_errors = 0
         self.slow_consumer_drops = 0  # messages nats-py dropped before our callback saw them
         self.last_error = ""
-        self._inbox = Inbox(self.codec, gate, self._note_error, refuse_unreadable=True)
+        self._inbox = Inbox(gate, self._note_error)
         self._outbox: deque[tuple[str, bytes, int]] = deque()
         self._wake = asyncio.Event()
         self._nc: Client | None = None
@@ -127,38 +126,31 @@ class NatsTickBus:
             return [f"{self.prefix}.*.{last}"]
         return [f"{self.prefix}.{subject_token(v)}.{last}" for v in self.venues]
 
-    def _groups(self, ticks: Sequence[Tick]) -> list[tuple[str, Sequence[Tick]]]:
+    def _groups(self, batch: TickBatch) -> list[tuple[str, TickBatch]]:
+        """The messages of one batch: itself on its venue's subject (the default scheme), or
+        one batch per instrument on its own subject (the per-symbol scheme)."""
         if self.scheme is SubjectScheme.BATCH:
-            venue = ticks[0].venue
-            for t in ticks:
-                if t.venue != venue:
-                    break
-            else:  # the common case: a handler's batch is one venue
-                return [(self.subject_for(venue), ticks)]
-            by_venue: dict[str, list[Tick]] = {}
-            for t in ticks:
-                by_venue.setdefault(t.venue, []).append(t)
-            return [(self.subject_for(v), group) for v, group in by_venue.items()]
-        by_subject: dict[tuple[str, int], list[Tick]] = {}
-        for t in ticks:
-            by_subject.setdefault((t.venue, t.iid), []).append(t)
-        return [(self.subject_for(v, iid), group) for (v, iid), group in by_subject.items()]
+            return [(self.subject_for(batch.venue), batch)]
+        out: list[tuple[str, TickBatch]] = []
+        for iid in np.unique(batch.iid).tolist():
+            out.append((self.subject_for(batch.venue, iid), take(batch, batch.iid == iid)))
+        return out
 
     # -- TickBus ---------------------------------------------------------------------------------
-    def publish(self, ticks: Sequence[Tick]) -> None:
-        """Encode now (the values as they are at this call), queue, return. Never blocks, never
-        raises for a full queue: an overflowing or closed bus drops the batch and counts it."""
-        if not ticks:
+    def publish(self, batch: TickBatch) -> None:
+        """Queue the batch's buffer, return. Never blocks, never raises for a full queue: an
+        overflowing or closed bus drops the batch and counts it."""
+        if not batch.count:
             return
         outbox = self._outbox
-        for subject, group in self._groups(ticks):
+        for subject, group in self._groups(batch):
             if self._closed or len(outbox) >= self.max_pending_batches:
                 self.dropped_batches += 1
-                self.dropped_ticks += len(group)
+                self.dropped_ticks += group.count
                 continue
-            outbox.append((subject, self.codec.encode(group), len(group)))
+            outbox.append((subject, group.buffer, group.count))
             self.published_batches += 1
-            self.published_ticks += len(group)
+            self.published_ticks += group.count
         self._wake.set()
 
     def subscribe(self, sink: TickSink) -> None:
@@ -330,10 +322,8 @@ class NatsTickBus:
         self.last_error = text
 
     async def _on_msg(self, msg: Msg) -> None:
-        parts = msg.subject.split(".")
-        venue = parts[1] if len(parts) > 2 else ""  # md.<venue>.batch: a refusal names it
-        got = self._inbox.receive(msg.data, f"nats {msg.subject}", venue)
-        if not got.whole:
+        got = self._inbox.receive(msg.data, f"nats {msg.subject}")
+        if got.malformed:
             self.decode_errors += 1
         if got.ticks:
             self.received_batches += 1

@@ -25,7 +25,10 @@ from __future__ import annotations
 import hashlib
 import struct
 from collections.abc import Iterable, Mapping
-from typing import NamedTuple
+from typing import Any, NamedTuple
+
+import numpy as np
+import numpy.typing as npt
 
 from monotape.platform.core.payloads import FramePayloads, frame_payloads, group_chunks
 
@@ -337,6 +340,14 @@ class SubscriptionIndex:
         """The connections holding ``iid`` as priority (a copy; empty if none). Per applied tick."""
         conns = self._prio_conns.get(iid)
         return set(conns) if conns else set()
+
+    def priority_among(self, iids: npt.NDArray[np.integer[Any]]) -> list[int]:
+        """The distinct ids among ``iids`` some order ticket holds, ascending: one question per
+        admitted batch (with no ticket anywhere, the batch is not even read)."""
+        marked = self._prio_conns
+        if not marked or not len(iids):
+            return []
+        return sorted(marked.keys() & set(np.unique(iids).tolist()))
 
     def has_priority(self, iid: int) -> bool:
         """Cheaper than ``priority_connections`` when most ticks have no priority subscriber."""

@@ -1,35 +1,46 @@
-"""The sequencer: one writer per symbol, the admit rule, and per-venue counts.
+"""The sequencer: admits whole tick batches, holds the latest state per symbol, takes frames.
 
-design (Ordering): every symbol key has exactly one writer; symbols hash to lanes
-(``lane = iid % lanes``) and each lane owns its symbols' current ticks. A tick whose version
-``(epoch, seq)`` is at or below the symbol's current version is never applied: an exact repeat is a
-*duplicate* (the redundant twin's copy, so about half of all input at steady state), anything older
-a *regression*. Wall clocks never arbitrate.
+design (Ordering): every symbol has exactly one writer and a tick whose version ``(epoch, seq)``
+is at or below the symbol's current one is never applied: an exact repeat is a *duplicate* (the
+redundant twin's copy, about half of all input), anything older a *regression*. Wall clocks
+never arbitrate. design (Conflation): the latest state per symbol plus a dirty set; a frame
+carries each changed symbol once, naming what the previous frame showed as its base.
 
-``Sequencer.on_ticks`` is the ingest hot loop (design: 120,000 ticks/s at peak, spikes past
-190,000/s, every one delivered twice by active/active handlers). It inlines the
-``monotape.platform.core.admit`` rule and counts in plain ints; prometheus_client calls cost ~0.5 µs
-each (measured), so the counts are exported at scrape time by ``SequencerCollector``
-(``monotape/platform/node/collectors.py``: core imports no prometheus_client).
+Issue 35: ticks arrive as columnar batches (``wire/batch.py``) and are admitted a batch at a
+time (``core/admit_batch.admit_into``: the per-tick rule in one native pass, in batch order,
+writing each applied tick's values into its instrument's row of the state arrays). A ``Tick``
+object is built only where one is wanted: a frame's records (at most one per changed symbol
+per 40 ms), a priority update, a snapshot. ``monotape.testing.per_tick`` keeps the per-tick
+model the property tests hold this to.
 
-A pure state machine: no I/O, no clock reads; the caller passes ``now_ns`` (monotonic) in.
+Lanes: symbols hash to ``lanes`` lanes (``iid % lanes``), the unit a multi-node split would
+move; in one process they share the arrays, each row written only for its own symbol. The
+counts are plain ints exported at scrape time (``SequencerCollector``). No I/O, no clock reads:
+the caller passes ``now_ns`` (monotonic) in.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from operator import attrgetter
+from typing import Any
 
-from monotape.platform.core.conflation import FRAME_NS, Conflator, Frame, FrameRecord
+import numpy as np
+import numpy.typing as npt
+
+from monotape.platform.core.admit_batch import VERDICT_SUPERSEDED, VersionTable, admit_into
+from monotape.platform.core.conflation import FRAME_NS, Frame, FrameRecord
 from monotape.platform.model import Tick
+from monotape.platform.wire.batch import TickBatch, batch_from_ticks
 
-__all__ = ["Lane", "Sequencer", "VenueCounters"]
+__all__ = ["Admission", "Sequencer", "VenueCounters"]
 
-_by_iid = attrgetter("iid")
+IID_SPACE = 1 << 16  # wire ids are uint16 (docs/wire.md)
+_EMPTY_IIDS = np.empty(0, dtype=np.uint16)
+_EMPTY_IIDS.setflags(write=False)
 
 
 class VenueCounters:
-    """What one venue's ticks came to. Plain ints: incremented per tick, exported at scrape."""
+    """What one venue's ticks came to. Plain ints: added per batch, exported at scrape."""
 
     __slots__ = ("admitted", "duplicates", "regressions")
 
@@ -56,147 +67,215 @@ class VenueCounters:
     __hash__ = None  # type: ignore[assignment]  # mutable
 
 
-class Lane:
-    """The single writer for the symbols with ``iid % lanes == index``."""
+class Admission:
+    """What one batch came to: how many of its ticks were applied, and (read only when asked:
+    the priority path with an order ticket open, a frame some instrument of which went
+    unwritten) their positions and instruments. ``verdict`` is this admission's own copy."""
 
-    __slots__ = ("conflator", "counters", "index", "states")
+    __slots__ = ("_at", "admitted_ns", "batch", "count", "verdict")
 
-    def __init__(self, index: int, frame_ns: int = FRAME_NS) -> None:
-        self.index = index
-        self.states: dict[int, Tick] = {}  # iid -> current (last applied) tick
-        self.conflator = Conflator(frame_ns)
-        self.counters: dict[str, VenueCounters] = {}  # venue -> counts, owned by this lane
+    def __init__(
+        self, batch: TickBatch, verdict: npt.NDArray[np.uint8], count: int, admitted_ns: int
+    ) -> None:
+        self.batch = batch
+        self.verdict = verdict
+        self.count = count
+        self.admitted_ns = admitted_ns
+        self._at: npt.NDArray[np.intp] | None = None
 
-    def counter(self, venue: str) -> VenueCounters:
-        c = self.counters.get(venue)
-        if c is None:
-            c = self.counters[venue] = VenueCounters()
-        return c
+    @property
+    def at(self) -> npt.NDArray[np.intp]:
+        """Positions of the applied ticks in the batch, in order."""
+        if self._at is None:
+            self._at = np.flatnonzero(self.verdict <= VERDICT_SUPERSEDED)
+        return self._at
 
-    def admit(self, tick: Tick, now_ns: int) -> bool:
-        """Apply ``tick`` if its version is above the symbol's current one; count the outcome.
-
-        Same rule as ``core.admit.admit``; on apply, stamps ``admitted_ns`` (the end
-        of the ``sequence`` stage), stores the tick and offers it to the conflator.
-        """
-        iid = tick.iid
-        cur = self.states.get(iid)
-        c = self.counter(tick.venue)
-        if cur is not None:
-            held = (cur.epoch, cur.seq)
-            incoming = (tick.epoch, tick.seq)
-            if incoming <= held:
-                if incoming == held:
-                    c.duplicates += 1
-                else:
-                    c.regressions += 1
-                return False
-        tick.admitted_ns = now_ns
-        self.states[iid] = tick
-        self.conflator.offer(tick)
-        c.admitted += 1
-        return True
+    @property
+    def iids(self) -> npt.NDArray[np.uint16]:
+        if self.count == self.batch.count:
+            return self.batch.iid
+        return self.batch.iid[self.at]
 
 
 class Sequencer:
-    """All lanes of one process; ``on_ticks`` routes each tick to the lane that owns its symbol."""
+    """All lanes of one process: ``on_batch`` admits, ``take_frame`` conflates."""
 
-    __slots__ = ("_counters", "_n", "_pending", "_states", "frame_ns", "lanes")
-
-    def __init__(self, lanes: int = 4, frame_ns: int = FRAME_NS) -> None:
+    def __init__(self, lanes: int = 4, frame_ns: int = FRAME_NS, space: int = IID_SPACE) -> None:
         if lanes < 1:
             raise ValueError(f"lanes must be >= 1, got {lanes}")
+        if frame_ns <= 0:
+            raise ValueError(f"frame_ns must be positive, got {frame_ns}")
+        self.lanes = lanes
         self.frame_ns = frame_ns
-        self.lanes: tuple[Lane, ...] = tuple(Lane(i, frame_ns) for i in range(lanes))
-        self._n = lanes
-        # Per-lane dicts bound once, so the hot loop indexes a list instead of chasing attributes.
-        self._states = [lane.states for lane in self.lanes]
-        self._pending = [lane.conflator._pending for lane in self.lanes]
-        self._counters = [lane.counters for lane in self.lanes]
+        self.space = space
+        self.versions = VersionTable(space)
+        # The latest admitted state per instrument (a row per wire id): what the next frame and
+        # a snapshot show. ``handler``/``venue`` index the names below.
+        self._bid = np.zeros(space, dtype=np.int64)
+        self._ask = np.zeros(space, dtype=np.int64)
+        self._last = np.zeros(space, dtype=np.int64)
+        self._size = np.zeros(space, dtype=np.uint64)
+        self._venue_ts = np.zeros(space, dtype=np.int64)
+        self._decoded = np.zeros(space, dtype=np.int64)
+        self._admitted = np.zeros(space, dtype=np.int64)
+        self._venue = np.zeros(space, dtype=np.uint16)
+        self._handler = np.zeros(space, dtype=np.uint16)
+        self._dirty = np.zeros(space, dtype=np.bool_)
+        # the rows ``admit_into`` writes, in its order
+        self._state = (
+            self.versions.epoch, self.versions.seq, self._bid, self._ask, self._last,
+            self._size, self._venue_ts, self._decoded, self._admitted, self._venue,
+            self._handler, self._dirty.view(np.uint8),
+        )  # fmt: skip
+        self._names: list[str] = [""]
+        self._name_ids: dict[str, int] = {"": 0}
+        # iid -> what the last frame that carried the symbol showed: its next record's base.
+        self._published: dict[int, Tick] = {}
+        self._last_boundary: int | None = None
+        self._counters: dict[str, VenueCounters] = {}
 
-    def lane_of(self, iid: int) -> Lane:
-        return self.lanes[iid % self._n]
+    # -- admit ---------------------------------------------------------------------------------
+    def counter(self, venue: str) -> VenueCounters:
+        c = self._counters.get(venue)
+        if c is None:
+            c = self._counters[venue] = VenueCounters()
+        return c
+
+    def _name(self, name: str) -> int:
+        code = self._name_ids.get(name)
+        if code is None:
+            code = self._name_ids[name] = len(self._names)
+            self._names.append(name)
+        return code
+
+    def on_batch(self, batch: TickBatch, now_ns: int) -> Admission:
+        """Admit one batch in order (``admit_into``: the rule and the state rows in one pass);
+        each applied tick becomes its symbol's state and marks it dirty for the next frame.
+        Raises ``IndexError`` (nothing changed) on an instrument outside the table: the gate
+        refuses those first."""
+        n = batch.count
+        verdict = np.empty(n, dtype=np.uint8)
+        if not n:
+            return Admission(batch, verdict, 0, now_ns)
+        applied, duplicates, regressions = admit_into(
+            batch.epoch,
+            self._name(batch.venue),
+            self._name(batch.handler),
+            now_ns,
+            (batch.seq, batch.iid, batch.bid, batch.ask, batch.last, batch.size,
+             batch.venue_ts, batch.recv_ts, verdict),
+            self._state,
+        )  # fmt: skip
+        c = self.counter(batch.venue)
+        c.admitted += applied
+        c.duplicates += duplicates
+        c.regressions += regressions
+        return Admission(batch, verdict, applied, now_ns)
 
     def on_ticks(self, ticks: Sequence[Tick], now_ns: int) -> list[Tick]:
-        """Admit each tick in order; return the applied ones (the priority path sends them now).
-
-        The hot loop: ``Lane.admit`` inlined (version compare on ints, no tuples), locals bound.
-        """
+        """``Tick`` objects through the batch path (a replay step, a test): each stretch of
+        one venue, handler and epoch is one batch. Returns the applied ticks, ``admitted_ns``
+        stamped, in order."""
         applied: list[Tick] = []
-        append = applied.append
-        n = self._n
-        states_of = self._states
-        pending_of = self._pending
-        counters_of = self._counters
-        for t in ticks:
-            iid = t.iid
-            k = iid % n
-            states = states_of[k]
-            cur = states.get(iid)
-            if cur is not None:
-                te = t.epoch
-                ce = cur.epoch
-                if te == ce:
-                    ts = t.seq
-                    cs = cur.seq
-                    if ts <= cs:
-                        c = counters_of[k].get(t.venue) or self.lanes[k].counter(t.venue)
-                        if ts == cs:
-                            c.duplicates += 1
-                        else:
-                            c.regressions += 1
-                        continue
-                elif te < ce:
-                    c = counters_of[k].get(t.venue) or self.lanes[k].counter(t.venue)
-                    c.regressions += 1
-                    continue
-            t.admitted_ns = now_ns
-            states[iid] = t
-            pending_of[k][iid] = t
-            c = counters_of[k].get(t.venue) or self.lanes[k].counter(t.venue)
-            c.admitted += 1
-            append(t)
+        start = 0
+        for batch in batch_from_ticks(ticks):
+            got = self.on_batch(batch, now_ns)
+            for i in got.at.tolist():
+                t = ticks[start + i]
+                t.admitted_ns = now_ns
+                applied.append(t)
+            start += batch.count
         return applied
 
+    def seed(self, tick: Tick) -> bool:
+        """Hold ``tick`` as its symbol's current state unless a newer version is held (a
+        restarted sequencer's seed from what screens were shown): no frame carries it, so the
+        next record of the symbol is a full one. True if it was taken."""
+        if not self.versions.raise_to(tick.iid, tick.epoch, tick.seq):
+            return False
+        self._set_row(tick)
+        return True
+
+    def _set_row(self, t: Tick) -> None:
+        i = t.iid
+        self._bid[i], self._ask[i], self._last[i], self._size[i] = t.bid, t.ask, t.last, t.size
+        self._venue_ts[i], self._decoded[i], self._admitted[i] = (
+            t.venue_ts_ns, t.decoded_ns, t.admitted_ns,
+        )  # fmt: skip
+        self._venue[i] = self._name(t.venue)
+        self._handler[i] = self._name(t.handler)
+
+    # -- frames --------------------------------------------------------------------------------
+    def _ticks(self, iids: npt.NDArray[Any]) -> list[Tick]:
+        """The current state of ``iids`` as ``Tick`` objects (one native gather per column)."""
+        names = self._names
+        cols = [
+            c[iids].tolist()
+            for c in (
+                self.versions.epoch, self.versions.seq, self._venue_ts, self._bid, self._ask,
+                self._last, self._size, self._decoded, self._admitted, self._venue, self._handler,
+            )
+        ]  # fmt: skip
+        return [
+            Tick(iid, names[v], e, s, ts, b, a, la, sz, names[h], dec, adm)
+            for iid, e, s, ts, b, a, la, sz, dec, adm, v, h in zip(
+                iids.tolist(), *cols, strict=True
+            )
+        ]
+
     def take_frame(self, boundary_ns: int) -> Frame:
-        """Close every lane's frame at ``boundary_ns`` and merge them (records by ascending iid)."""
+        """Close the frame at ``boundary_ns``: one record per symbol changed since the last
+        one, by ascending iid. Raises ``ValueError`` if ``boundary_ns`` is not after the
+        previous boundary (bases would chain backwards, a frame number repeat on the wire)."""
+        last = self._last_boundary
+        if last is not None and boundary_ns <= last:
+            raise ValueError(f"boundary {boundary_ns} is not after the previous one ({last})")
+        self._last_boundary = boundary_ns
+        dirty = np.flatnonzero(self._dirty)
         records: list[FrameRecord] = []
-        for lane in self.lanes:
-            records.extend(lane.conflator.take_frame(boundary_ns).records)
-        if self._n > 1:
-            records.sort(key=_by_iid)
+        if len(dirty):
+            self._dirty[dirty] = False
+            published = self._published
+            get_base = published.get
+            append = records.append
+            for tick in self._ticks(dirty):
+                iid = tick.iid
+                append(FrameRecord(iid, get_base(iid), tick))
+                published[iid] = tick
         return Frame(boundary_ns // self.frame_ns, boundary_ns, records)
 
+    # -- reads ---------------------------------------------------------------------------------
     def current(self, iid: int) -> Tick | None:
         """The last applied tick for ``iid`` (may be newer than any frame has shown)."""
-        return self._states[iid % self._n].get(iid)
+        if not 0 <= iid < self.space or self.versions.epoch[iid] < 0:
+            return None
+        return self._ticks(np.array([iid], dtype=np.int64))[0]
+
+    def latest(self, iids: Iterable[int]) -> list[Tick]:
+        """The current ticks of ``iids`` (each must hold one), ascending iid: the priority
+        path's records."""
+        return self._ticks(np.array(sorted(iids), dtype=np.int64))
 
     def published(self, iid: int) -> Tick | None:
         """What the last frame showed for ``iid``: its next record's base; what snapshots show."""
-        return self.lanes[iid % self._n].conflator.published(iid)
+        return self._published.get(iid)
 
     @property
     def dirty_count(self) -> int:
-        return sum(lane.conflator.dirty_count for lane in self.lanes)
+        return int(np.count_nonzero(self._dirty))
 
     def symbols(self) -> Iterable[int]:
         """Every iid that has a current tick."""
-        for states in self._states:
-            yield from list(states)
+        out: list[int] = np.flatnonzero(self.versions.epoch >= 0).tolist()
+        return out
 
     def counters(self) -> dict[str, VenueCounters]:
-        """Per-venue counts summed over lanes (a fresh snapshot; safe to read off-thread)."""
+        """Per-venue counts (a fresh snapshot; safe to read off-thread)."""
         out: dict[str, VenueCounters] = {}
-        for lane_counters in self._counters:
-            # dict() copies in one C step; list(d.items()) makes a tuple per item, and on
-            # 3.11 one can start a collection whose gc callback lets the loop's thread in
-            for venue, c in dict(lane_counters).items():
-                o = out.get(venue)
-                if o is None:
-                    o = out[venue] = VenueCounters()
-                o.admitted += c.admitted
-                o.duplicates += c.duplicates
-                o.regressions += c.regressions
+        # dict() copies in one C step; list(d.items()) makes a tuple per item, and on 3.11 one
+        # can start a collection whose gc callback lets the loop's thread in
+        for venue, c in dict(self._counters).items():
+            out[venue] = VenueCounters(c.admitted, c.duplicates, c.regressions)
         return out
 
     @property

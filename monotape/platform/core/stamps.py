@@ -1,14 +1,10 @@
 """Stage latency stamps: a value for every tick at each of the five stages (design: stages),
 and for every priority write.
 
-Batches are stamped whole (a handler's drain shares one decoded time, a lane call one admitted
-time) and turned into numpy arrays once per frame: values that differ per tick go to each
-stage's recorder buffer (``StageRecorder.add_ns``), values a whole batch shares go in as one
-value with its count (``StageRecorder.add_counts_ns``); both are recorded vectorized, never per
-value: per-value ``record_value()`` costs ~1 µs (measured), too much at 190k ticks/s × 5 stages.
-Every value still lands: a stage's count is the number of ticks (or writes) it covers. The
-recorders are the one way values reach the histograms: the server's hydrate and glass samples
-go into the same buffers (``record_ns``).
+Batches are stamped whole and recorded vectorized once per frame, never per value (per-value
+``record_value()`` costs ~1 µs, too much at 190k ticks/s × 5 stages); every value still lands:
+a stage's count is the number of ticks (or writes) it covers. The recorders are the one way
+values reach the histograms (the server's hydrate and glass samples too, ``record_ns``).
 
 | stage         | from → to                                     | one value per                   |
 |---------------|-----------------------------------------------|---------------------------------|
@@ -20,29 +16,20 @@ go into the same buffers (``record_ns``).
 | priority      | admitted → handed to the kernel, no frame     | tick written to a connection    |
 | tick_to_write | decoded → its frame handed to the kernel      | tick in a payload written       |
 
-``write`` counts every frame handed to the kernel for a terminal: straight from the fan-out, or
-later, when a slow terminal's ring (core/outbox.py) hands it on: a queued frame keeps its
-publish time, so its value is the real, larger one (issue 12). A frame dropped from a ring is
-not a write: it is a gap (``monotape_slow_consumer_drops_total``), and the snapshot that ends
-it is no frame either. ``priority`` (the order-ticket path: an admitted tick sent at once to the
-connections that marked it) counts writes made at once: a priority update queued in a slow
-terminal's ring has no value (it is still counted in
-``monotape_priority_updates_sent_total``). Its values are gathered by the server in a fixed
-buffer (``FanoutServer.flush_priority``) and handed here once per frame, before each rotation,
-and early whenever that buffer fills.
+``write`` counts every frame handed to the kernel for a terminal, from the fan-out or later out
+of a slow terminal's ring (it keeps its publish time: the real, larger value; issue 12); a frame
+dropped from a ring is a gap, not a write. ``priority`` counts order-ticket writes made at once
+(one queued in a slow ring has no value), gathered by the server in a fixed buffer
+(``FanoutServer.flush_priority``) and handed here once per frame or when the buffer fills.
 
-``tick_to_write`` is the end-to-end figure a tick-to-glass alert reads: one value per tick
-that reached a screen, from its decoding to the moment the frame that carries it was handed to
-the kernel for the last terminal that got that frame straight from the fan-out (the frame's
-slowest direct write: an upper bound over the terminals; a late write from a ring is another
-frame's, so it never moves this bound). Only ticks of symbols whose record was in a payload
-the fan-out actually handed to the kernel count (``FanoutServer.written_iids``): a
-tick of a symbol nobody watches, or whose watchers were all behind, never went out, and a value
-for it would dilute the alert's p99 with ticks that cost no write. A p99 of this stage is a real
-p99 per tick; a sum of stage p99s is not one. On the multi-process host a writer never sees a
-tick: the sequencer takes the frame's ``frame_ticks`` (decode time per run, instrument per tick)
-into the ring entry, and each writer records ``written_frame`` for the ticks it sent, so there a
-tick two writers sent has a value from each.
+``tick_to_write`` is the end-to-end figure a tick-to-glass alert reads: one value per tick that
+reached a screen, from its decoding to the moment the frame carrying it was handed to the
+kernel for the last terminal that got it straight from the fan-out (an upper bound over the
+terminals). Only ticks of symbols whose record was in a payload actually written count
+(``FanoutServer.written_iids``): a tick nobody was sent would dilute the p99. On the host a
+writer never sees a tick: the sequencer puts the frame's ``frame_ticks`` (decode time per run,
+instrument per tick) in the ring entry and each writer records ``written_frame`` for the ticks
+it sent (a tick two writers sent has a value from each). docs/observability.md has the rest.
 
 ``decode`` subtracts the venue's wall clock from ours, so it is only as good as the clocks'
 agreement (negative values are clamped to 0 and counted). The rest is this host's monotonic
@@ -52,7 +39,7 @@ clock.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -60,6 +47,10 @@ import numpy.typing as npt
 from monotape.histograms import Interval, Recorders
 from monotape.platform.core.fields import int64_field
 from monotape.platform.model import Tick
+from monotape.platform.wire.batch import TickBatch
+
+if TYPE_CHECKING:
+    from monotape.platform.core.sequencer import Admission
 
 __all__ = ["FrameTicks", "StageStamps"]
 
@@ -100,30 +91,17 @@ class FrameTicks(NamedTuple):
 class StageStamps:
     """Stamps per batch, records per frame, as runs: struct of arrays, not attributes per tick.
 
-    A batch is stamped whole, while it is at hand: the one field that differs per tick is
-    copied out of a delivered batch (the venue's timestamp, for decode: one native pass per
-    batch into int64s, ``core/fields.int64_field``; a comprehension and numpy's conversion
-    were most of recording's cost), and the stamps a batch shares (a handler's
-    drain has one decoded time, a lane call one admitted time) are read once and kept as a run
-    ``(stamp, ticks)``. An admitted batch is kept as it is (the lane holds those ticks anyway).
-    Once per 40 ms frame the runs become int64 arrays, and the stages whose values a run shares
-    (sequence, conflate, encode, tick_to_write) are recorded as one value with its count
-    (``StageRecorder.add_counts_ns``).
-    tick_to_write reads no tick when every instrument of the frame went out (the fan-out's
-    common case: ``framed(symbols=)`` gives the frame's record count, ``written`` compares);
-    only a frame some instruments of which stayed unwritten takes its admitted ticks' ids, once,
-    through a flag table by instrument id (not ``np.isin``). Issue 12: recording cost 14% of the
-    pipeline's throughput with a value recorded per tick at every stage;
-    bench/micro/bench_recording.py measures it.
-
-    A batch whose first and last ticks differ in a stamp is taken apart into its stretches of
-    equal stamps, one run each (a caller's mixed list, a test's), with numpy over the stamps
-    read in one native pass: exact, only slower. Equal ends are taken as one stamp
-    for the whole batch: true of everything that stamps (``FeedHandler.drain_due`` and
-    ``ReplayAdapter.step`` stamp one ``now`` per call, a feed process's pump one ``now`` for
-    all its handlers, ``Sequencer.on_ticks`` one ``now_ns``) and of any concatenation of such
-    batches in the order they were stamped (stamps never go down along a batch). Pending runs
-    are bounded by the frame: at most 40 ms of ticks.
+    A batch is stamped whole while it is at hand: the venue stamps (the one field that differs
+    per tick) are copied out as int64s, the stamps a batch shares (a handler's drain has one
+    decoded time, an admit one admitted time) are kept as runs ``(stamp, ticks)``. Once per
+    40 ms frame the runs become arrays and each stage is recorded vectorized, a shared value
+    with its count (``StageRecorder.add_counts_ns``). ``decoded_batch``/``admitted_batch`` take
+    the columnar path's batches (issue 35); ``decoded``/``admitted`` take ``Tick`` lists (a
+    caller with objects: a test, a tool), read in one native pass (``core/fields``). A batch
+    whose ends differ in a stamp is taken apart into stretches of equal stamps: exact, only
+    slower. tick_to_write reads no instrument when every one of the frame went out (the common
+    case); otherwise once, through a flag table by id. Pending runs are bounded by the frame.
+    Issue 12: recording per value cost 14% of throughput; bench/micro/bench_recording.py.
     """
 
     def __init__(self, recorders: Recorders) -> None:
@@ -135,17 +113,16 @@ class StageStamps:
         self._write = recorders["write"]
         self._priority = recorders["priority"]
         self._tick_to_write = recorders["tick_to_write"]
-        # Since the last frame, flat (one extend per batch): the venue timestamps of delivered
-        # ticks (int64 bytes, no GC container) and their runs (decoded, ticks); the admitted
-        # batches and their runs (admitted, decoded, ticks). A delivered batch is copied out,
-        # not kept: a list kept until the frame is a container the cyclic GC traverses, again
-        # and again (measured: keeping them cost more in list_traverse than copying out did).
+        # Since the last frame, flat: delivered ticks' venue stamps (int64 bytes: copied out, a
+        # kept list is a container the GC traverses again and again, measured) and their runs
+        # (decoded, ticks); the admitted batches and their runs (admitted, decoded, ticks).
         self._venue_ts: list[bytes] = []  # per batch: its ticks' venue stamps as int64s
         self._decoded_runs: list[int] = []
-        self._admitted: list[Sequence[Tick]] = []  # read for their instruments only if written
+        # read for their instruments only if written: ticks, or a batch's admitted iids
+        self._admitted: list[Sequence[Tick] | Admission] = []
         self._admitted_runs: list[int] = []
         # The last frame's admitted ticks: written() closes the frame framed() opened.
-        self._framed: list[Sequence[Tick]] = []
+        self._framed: list[Sequence[Tick] | Admission] = []
         self._framed_decoded = _EMPTY  # per run
         self._framed_n = _EMPTY
         self._framed_published = 0
@@ -163,6 +140,35 @@ class StageStamps:
             self._decoded_runs += (at, n)
         else:  # not one stamp: a run per stretch of equal stamps
             self._decoded_runs += _runs(_column(ticks, _DECODED))
+
+    def decoded_batch(self, batch: TickBatch) -> None:
+        """A batch a handler delivered, from its columns: its venue stamps copied out (the
+        buffer is not kept), its decode stamps as runs (one run: a handler's drain has one)."""
+        n = batch.count
+        if not n:
+            return
+        self._venue_ts.append(batch.venue_ts.tobytes())
+        recv = batch.recv_ts
+        at = int(recv[0])
+        if int(recv[-1]) == at:
+            self._decoded_runs += (at, n)
+        else:
+            self._decoded_runs += _runs(recv)
+
+    def admitted_batch(self, admission: Admission) -> None:
+        """The ticks one ``Sequencer.on_batch`` call applied (their instruments kept for
+        ``tick_to_write``, as an array: no object per tick)."""
+        n = admission.count
+        if not n:
+            return
+        self._admitted.append(admission)  # its iids are read only if a frame needs them
+        recv = admission.batch.recv_ts
+        decoded = int(recv[0])
+        if int(recv[-1]) == decoded:  # a handler's drain: one stamp for the whole batch
+            self._admitted_runs += (admission.admitted_ns, decoded, n)
+        else:
+            at = np.full(n, admission.admitted_ns, dtype=np.int64)
+            self._admitted_runs += _runs(at, np.ascontiguousarray(recv[admission.at]))
 
     def admitted(self, applied: Sequence[Tick]) -> None:
         """The ticks one ``Sequencer.on_ticks`` call applied."""
@@ -363,9 +369,14 @@ class StageStamps:
         return self.recorders.rotate_all(wall_now_ms)  # each recorder flushes its buffer first
 
 
-def _iids(batches: Sequence[Sequence[Tick]]) -> IntArray:
-    """Every tick's instrument, batch after batch: one native pass a batch (core/fields.py)."""
-    return np.frombuffer(b"".join([int64_field(batch, _IID) for batch in batches]), np.int64)
+def _iids(batches: Sequence[Sequence[Tick] | Admission]) -> IntArray:
+    """Every tick's instrument, batch after batch: an admission's from its batch's iid column,
+    a list of ticks in one native pass (core/fields.py)."""
+    parts = [
+        int64_field(b, _IID) if isinstance(b, Sequence) else b.iids.astype(np.int64).tobytes()
+        for b in batches
+    ]
+    return np.frombuffer(b"".join(parts), np.int64)
 
 
 def _column(ticks: Sequence[Tick], member: object) -> IntArray:

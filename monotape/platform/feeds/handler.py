@@ -5,9 +5,11 @@ derives the version of an update only from the venue's own stream (``seq`` = upd
 venue timestamp) and from the group's epoch records (``epoch_for``, see ``epochs``), so both
 stamp the same version on the same update and the sequencer's ``admit`` keeps exactly one copy.
 
-The handler is a state machine with no I/O: ``on_venue`` feeds it what the venue published,
-``drain_due`` asks for what its (simulated) network and decode delay has let through. The delay
-line is bounded (STYLE habit 7): an overflow drops the oldest updates and counts them.
+The handler is a state machine with no I/O: ``on_venue`` feeds it what the venue published (its
+columns, ``venue_wire``), ``drain_batches`` asks for what its (simulated) network and decode
+delay has let through, as tick batches (``wire/batch.py``), normalized in bulk with no object per
+tick (issue 35). The delay line is bounded (STYLE habit 7): an overflow drops the oldest updates
+and counts them.
 
 The handler is a door where ticks enter (``validate``): an update the wire cannot carry (a price
 outside int64, an id, size or timestamp outside its range, an instrument that is not this venue's)
@@ -16,15 +18,22 @@ is refused there, counted in the node's ``TickGate`` and never reaches the seque
 
 from __future__ import annotations
 
+import itertools
 from collections import deque
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+import numpy as np
+import numpy.typing as npt
+
 from monotape.clock import Clock
+from monotape.platform.core.admit_batch import VersionTable
 from monotape.platform.feeds.epochs import RETAINED_RECORDS, EpochRecord, EpochStore
 from monotape.platform.feeds.simulator import VenueUpdate
-from monotape.platform.feeds.validate import WIRE_IIDS, Refusal, TickGate, carried, tick_problem
+from monotape.platform.feeds.validate import WIRE_IIDS, Refusal, TickGate, tick_problem
+from monotape.platform.feeds.venue_wire import venue_batch
 from monotape.platform.model import Tick
+from monotape.platform.wire.batch import HAS_UPDATE_ID, TickBatch, concat, restamp, take
 
 __all__ = ["FeedHandler", "make_handler_pair", "pair_lags"]
 
@@ -65,18 +74,16 @@ class FeedHandler:
         # stream went backwards (a venue or handler fault; monotape_feed_backwards_total). Not
         # the twins' normal race, which the sequencer counts as duplicates and regressions.
         self.backwards = 0
-        # The newest version delivered per iid, as two flat lists indexed by iid (sized by the
-        # universe, grown if the gate changes): two list reads per tick, and a tuple is
-        # compared only when the epoch differs (a restart's fence), never built per tick.
-        self._newest_epoch: list[int] = []  # -1: nothing delivered yet (epochs are >= 0)
-        self._newest_seq: list[int] = []
-        self._size_newest(len(gate.venue_of) if gate is not None else WIRE_IIDS)
+        # The newest version delivered per wire id, held as the sequencer holds its own
+        # (``admit_run`` over two arrays): its regressions are this stream going backwards.
+        self._newest = VersionTable(WIRE_IIDS)
+        self._batch_seq = 0  # the batches this handler delivered: each one's batch_seq
+        self._seq_from = "update_id" if update_ids else "venue_ts"  # the version's seq rule
         self._epochs = epochs
         self._clock = clock
         self._records: list[EpochRecord] = []
-        # Batches, not single updates: one deque entry per ``on_venue`` call keeps the per-update
-        # cost of the delay line at a list append.
-        self._pending: deque[tuple[int, list[VenueUpdate]]] = deque()
+        # The venue's batches as they came (columns), each with its due time.
+        self._pending: deque[tuple[int, TickBatch]] = deque()
         self._pending_count = 0
         # Registered once (a store has no unwatch); adopting while down is harmless because
         # ``start`` reloads the records anyway.
@@ -131,131 +138,169 @@ class FeedHandler:
             # records and therefore stamp the same epochs.
             del self._records[:-RETAINED_RECORDS]
 
-    def _size_newest(self, n_iids: int) -> None:
-        grow = n_iids - len(self._newest_seq)
-        if grow > 0:
-            self._newest_epoch.extend([-1] * grow)
-            self._newest_seq.extend([0] * grow)
-
     def _drop_pending(self) -> None:
         self._pending.clear()
         self._pending_count = 0
 
-    def on_venue(self, updates: Sequence[VenueUpdate]) -> None:
-        """Hear the venue: keep this venue's updates, due after this handler's lag."""
+    def on_venue(self, updates: Sequence[VenueUpdate] | TickBatch) -> None:
+        """Hear the venue: keep this venue's updates, due after this handler's lag. A
+        ``TickBatch`` is the venue's columns as they arrived (``feeds/venue_wire.py``): kept as
+        they are, no object per update. A list of ``VenueUpdate`` (the one-process simulator, a
+        test) is turned into columns once."""
         if not self.up:
             return
-        venue = self.venue
-        batch = [u for u in updates if u.venue == venue]
-        if not batch:
+        if isinstance(updates, TickBatch):
+            batch: TickBatch | None = updates if updates.venue == self.venue else None
+        else:
+            batch = self._columns([u for u in updates if u.venue == self.venue])
+        if batch is None or not batch.count:
             return
-        if len(batch) > self.max_pending:
-            self.dropped += len(batch) - self.max_pending
-            batch = batch[-self.max_pending :]
-        overflow = self._pending_count + len(batch) - self.max_pending
+        if batch.count > self.max_pending:
+            self.dropped += batch.count - self.max_pending
+            batch = take(batch, np.arange(batch.count - self.max_pending, batch.count))
+        overflow = self._pending_count + batch.count - self.max_pending
         while overflow > 0:
             due, oldest = self._pending[0]
-            if len(oldest) <= overflow:
+            if oldest.count <= overflow:
                 self._pending.popleft()
-                cut = len(oldest)
+                cut = oldest.count
             else:
-                self._pending[0] = (due, oldest[overflow:])
+                self._pending[0] = (due, take(oldest, np.arange(overflow, oldest.count)))
                 cut = overflow
             self._pending_count -= cut
             self.dropped += cut
             overflow -= cut
         self._pending.append((self._clock.now_ns() + self.lag_ns, batch))
-        self._pending_count += len(batch)
+        self._pending_count += batch.count
 
-    def drain_due(self, now: int | None = None) -> list[Tick]:
+    def _columns(self, updates: list[VenueUpdate]) -> TickBatch | None:
+        """``updates`` as columns; an update no column can hold (a price beyond int64, an id
+        beyond uint64) is refused at the door, counted, and the rest kept."""
+        if not updates:
+            return None
+        try:
+            return venue_batch(self.venue, updates)
+        except (OverflowError, TypeError, ValueError):
+            kept = []
+            for u in updates:
+                seq = u.update_id if u.update_id is not None else u.venue_ts_ns
+                probe = Tick(u.iid, self.venue, 0, seq, u.venue_ts_ns, u.bid, u.ask, u.last,
+                             u.size, self.name)  # fmt: skip
+                problem = tick_problem(probe, self._venue_of())
+                if problem is None:
+                    kept.append(u)
+                else:
+                    self._refuse(u.iid, *problem)
+            return venue_batch(self.venue, kept) if kept else None
+
+    def _venue_of(self) -> Sequence[str | None] | None:
+        return self.gate.venue_of if self.gate is not None else None
+
+    def drain_batches(self, now: int | None = None) -> list[TickBatch]:
         """Normalize every update whose due time has passed, in venue order, stamped decoded
-        at ``now`` (default: the clock's now). A feed process drains all its handlers at one
-        ``now``, so its bus batch carries one stamp and the sequencer records it as one run
-        (core/stamps.py), not a run per tick."""
+        at ``now`` (default: the clock's now): one batch per epoch they fall in (almost always
+        one). In bulk over the columns: the door's checks, the seq rule, the epoch of each
+        update's fence, this handler's own-stream check (``admit_run`` over its newest
+        versions: an update older than one it delivered counts in ``backwards`` and is
+        delivered all the same, for the sequencer to refuse)."""
         pending = self._pending
         if not pending:
             return []
         if now is None:
             now = self._clock.now_ns()
-        out: list[Tick] = []
-        records = self._records
-        newest_fence = records[-1].fence_ts_ns if records else 0
-        newest_epoch = records[-1].epoch if records else 0
-        name = self.name
-        venue = self.venue
-        update_ids = self.update_ids
-        gate = self.gate
-        venue_of = gate.venue_of if gate is not None else None
-        if venue_of is not None and len(venue_of) > len(self._newest_seq):
-            self._size_newest(len(venue_of))
-        newest_epochs = self._newest_epoch
-        newest_seqs = self._newest_seq
-        backwards = 0
+        due: list[TickBatch] = []
         while pending and pending[0][0] <= now:
             _, batch = pending.popleft()
-            self._pending_count -= len(batch)
-            for u in batch:
-                iid = u.iid
-                ts = u.venue_ts_ns
-                bid = u.bid
-                ask = u.ask
-                last = u.last
-                size = u.size
-                if update_ids:
-                    if u.update_id is None:
-                        self.malformed += 1
-                        self._refuse(u, Refusal.MISSING_UPDATE_ID, "no update id")
-                        continue
-                    seq = u.update_id
-                else:
-                    seq = ts
-                # The door (``validate.carried``); a negative price (legal, rare) fails the fast
-                # test and takes the careful path.
-                if not carried(iid, venue, bid | ask | last | ts, seq | size, venue_of) and (
-                    not self._admissible(u, seq, now)
-                ):
-                    continue
-                # Fast path: a live handler's updates are past the newest fence.
-                if ts >= newest_fence:
-                    epoch = newest_epoch
-                else:
-                    epoch = 0
-                    for r in reversed(records):
-                        if r.fence_ts_ns <= ts:
-                            epoch = r.epoch
-                            break
-                held_epoch = newest_epochs[iid]
-                if epoch == held_epoch:
-                    if seq < newest_seqs[iid]:
-                        backwards += 1  # delivered all the same: the sequencer refuses it
-                    else:
-                        newest_seqs[iid] = seq
-                elif epoch < held_epoch:
-                    backwards += 1
-                else:  # a newer epoch (or the symbol's first update): above anything held
-                    newest_epochs[iid] = epoch
-                    newest_seqs[iid] = seq
-                out.append(Tick(iid, venue, epoch, seq, ts, bid, ask, last, size, name, now))
-        self.delivered += len(out)
-        self.backwards += backwards
+            self._pending_count -= batch.count
+            due.append(batch)
+        if not due:
+            return []
+        venue = concat(due) if len(due) > 1 else due[0]
+        has_id = (venue.flags & HAS_UPDATE_ID) != 0
+        keep: npt.NDArray[np.bool_] | None = None
+        if self.update_ids and not has_id.all():
+            missing = ~has_id
+            n_missing = int(missing.sum())
+            self.malformed += n_missing
+            first = int(np.flatnonzero(missing)[0])
+            for _ in range(n_missing - 1):
+                self._count_refusal()
+            self._refuse(int(venue.iid[first]), Refusal.MISSING_UPDATE_ID, "no update id")
+            keep = has_id
+        seq = venue.update_id if self.update_ids else venue.venue_ts.astype(np.uint64)
+        if self.gate is not None:  # the door: known instruments of this venue, sane stamps
+            refused = self.gate.refused_mask(venue, self._where)
+            if refused is not None:
+                self.refused += int(refused.sum())
+                keep = ~refused if keep is None else keep & ~refused
+        else:
+            bad = venue.venue_ts < 0
+            if bad.any():
+                first = int(np.flatnonzero(bad)[0])
+                for _ in range(int(bad.sum())):
+                    self._refuse(int(venue.iid[first]), Refusal.TIMESTAMP, "venue_ts < 0")
+                keep = ~bad if keep is None else keep & ~bad
+        if keep is not None:
+            at = np.flatnonzero(keep)
+            if not len(at):
+                return []
+            venue = take(venue, at)
+            seq = seq[at]
+        epochs = self._epochs_of(venue.venue_ts)
+        if isinstance(epochs, int):  # the common case: one epoch, the venue's buffer patched
+            runs: list[tuple[int, int, int]] = [(epochs, 0, venue.count)]
+        else:
+            runs = [(int(epochs[a]), a, b) for a, b in _runs(epochs)]
+        out: list[TickBatch] = []
+        for epoch, start, stop in runs:
+            part = (
+                venue if (start, stop) == (0, venue.count) else take(venue, np.arange(start, stop))
+            )
+            run_seq = seq if part is venue else np.ascontiguousarray(seq[start:stop])
+            _, _, _, backwards = self._newest.admit(epoch, run_seq, part.iid)
+            self.backwards += backwards
+            out.append(restamp(part, self.name, epoch, self._batch_seq, now, self._seq_from))
+            self._batch_seq += 1
+            self.delivered += part.count
         return out
 
-    def _admissible(self, u: VenueUpdate, seq: int, now: int) -> bool:
-        """The careful look at an update the fast test did not pass: refuse it (counted, and
-        logged now and then) unless it is fine after all (a negative price)."""
-        venue_of = self.gate.venue_of if self.gate is not None else None
-        probe = Tick(u.iid, self.venue, 0, seq, u.venue_ts_ns, u.bid, u.ask, u.last, u.size,
-                     self.name, now)  # fmt: skip
-        problem = tick_problem(probe, venue_of)
-        if problem is None:
-            return True
-        self._refuse(u, *problem)
-        return False
+    def drain_due(self, now: int | None = None) -> list[Tick]:
+        """``drain_batches`` as ``Tick`` objects (tests and tools; the pipeline moves batches)."""
+        return [t for batch in self.drain_batches(now) for t in batch.ticks()]
 
-    def _refuse(self, u: VenueUpdate, reason: Refusal, detail: str) -> None:
+    def _epochs_of(self, venue_ts: npt.NDArray[np.int64]) -> int | npt.NDArray[np.int64]:
+        """Each update's epoch: that of the newest record whose fence is at or before its venue
+        timestamp (0 before every fence): one ``searchsorted`` over the records' fences; one
+        int when every update has the same (a live handler: past the newest fence)."""
+        records = self._records
+        if not records:
+            return 0
+        if int(venue_ts.min()) >= records[-1].fence_ts_ns:
+            return records[-1].epoch
+        fences = np.array([r.fence_ts_ns for r in records], dtype=np.int64)
+        epochs = np.array([0] + [r.epoch for r in records], dtype=np.int64)
+        found = epochs[np.searchsorted(fences, venue_ts, side="right")]
+        return int(found[0]) if int(found.min()) == int(found.max()) else found
+
+    def _count_refusal(self) -> None:
         self.refused += 1
         if self.gate is not None:
-            self.gate.refuse(self.venue, reason, self._where, f"iid {u.iid}: {detail}")
+            self.gate.count(self.venue, Refusal.MISSING_UPDATE_ID)
+
+    def _refuse(self, iid: int, reason: Refusal, detail: str) -> None:
+        self.refused += 1
+        if self.gate is not None:
+            self.gate.refuse(self.venue, reason, self._where, f"iid {iid}: {detail}")
+
+
+def _runs(values: npt.NDArray[np.int64]) -> list[tuple[int, int]]:
+    """The stretches of equal consecutive values, as (start, stop)."""
+    n = len(values)
+    if n == 0:
+        return []
+    cuts = np.flatnonzero(values[1:] != values[:-1]) + 1
+    bounds = [0, *cuts.tolist(), n]
+    return list(itertools.pairwise(bounds))
 
 
 class _Uniform(Protocol):

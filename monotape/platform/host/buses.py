@@ -33,7 +33,6 @@ def role_bus(
         return NatsTickBus(
             scheme=cfg.nats.subjects,
             symbols={i.iid: i.symbol for i in universe},
-            array_like=cfg.nats.array_like,
             max_pending_batches=cfg.nats.max_pending_batches,
             name=f"monotape-{socket.gethostname()}-{name}-{os.getpid()}",
             gate=gate,

@@ -1,8 +1,8 @@
 """The handlers of one feed process on one event loop (issue 12): every venue's A handler
 in ``handler-A``, every venue's B handler in ``handler-B`` (host/handler.py says why).
 
-One timer, for the earliest delay-line head among them; one bus publish per wake-up with what
-every handler has due; a handler whose step raises is counted and the others still publish.
+One timer, for the earliest delay-line head among them; per wake-up, each handler's due batch
+on the bus; a handler whose step raises is counted and the others still publish.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from monotape.clock import Clock
 from monotape.platform.bus.link import LinkReceiver
 from monotape.platform.bus.memory import TickBus
 from monotape.platform.host.handler_role import HandlerRole
-from monotape.platform.model import Tick
 from monotape.platform.node.collectors import FeedCollector, IngestCollector
 from monotape.platform.node.failures import StageFailures
+from monotape.platform.wire.batch import TickBatch
 
 __all__ = ["FeedGroup"]
 
@@ -50,9 +50,10 @@ class FeedGroup:
             role.start()
 
     def pump(self) -> int:
-        """Every handler's due updates, as one batch on the bus. A handler that fails is
-        counted and the others still publish (one bad venue costs the others nothing)."""
-        ticks: list[Tick] = []
+        """Every handler's due updates, a batch per handler (and epoch) on the bus, all stamped
+        decoded at one time. A handler that fails is counted and the others still publish (one
+        bad venue costs the others nothing)."""
+        batches: list[TickBatch] = []
         roles = self.roles
         # Each pump starts at the next venue. A batch too large for one bus message goes as
         # several, in this order, and when the sequencer's socket is full the later messages
@@ -61,18 +62,15 @@ class FeedGroup:
         # venues ~0), where rotating spreads the loss over every venue.
         first = self._turn % len(roles) if roles else 0
         self._turn += 1
-        # One decoded stamp for the whole batch: the sequencer records a batch whose ends share
-        # a stamp as one run, and took a batch of six venues' drains (six stamps) apart tick by
-        # tick (~10% of the sequencer's CPU at 120k ticks/s, by py-spy; docs/benchmarks.md).
         now = self.clock.now_ns()
         for role in roles[first:] + roles[:first]:
             try:
-                ticks += role.due(now)
+                batches += role.due(now)
             except Exception as exc:  # contained: the next wake-up pumps as usual
                 self.failures.record("pump", exc, venue=role.plan.venue)
-        if ticks:
-            self.bus.publish(ticks)
-        return len(ticks)
+        for batch in batches:
+            self.bus.publish(batch)
+        return sum(b.count for b in batches)
 
     def next_due_ns(self) -> int | None:
         heads = [d for r in self.roles if (d := r.handler.next_due_ns) is not None]

@@ -21,8 +21,6 @@ import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import msgspec
-
 from monotape.clock import Clock, SystemClock
 from monotape.config import Config
 from monotape.log import log_event
@@ -31,10 +29,9 @@ from monotape.platform.bus.memory import TickBus
 from monotape.platform.feeds.epochs import FileEpochStore
 from monotape.platform.feeds.simulator import build_universe
 from monotape.platform.feeds.validate import TickGate
-from monotape.platform.feeds.venue_wire import VenueBatchCodec
 from monotape.platform.host.spec import RoleSpec
-from monotape.platform.model import Tick
 from monotape.platform.node.sources import HandlerPlan, build_handler
+from monotape.platform.wire.batch import BatchError, TickBatch, read_batch
 
 __all__ = ["EPOCH_CHECK_NS", "HandlerRole", "feed_path", "first_of_venue", "process_gate"]
 
@@ -98,7 +95,6 @@ class HandlerRole:
         self.epochs = FileEpochStore(Path(cfg.data_dir) / "epochs")
         self.handler = build_handler(plan, cfg, self.epochs, self.clock, self.gate)
         self.bus = bus
-        self.codec = VenueBatchCodec()
         self.feed = LinkCounters(f"feed-{plan.key}")
         self.published = 0
         # Called when an update lands in an empty delay line (the driver's timer may be for
@@ -125,13 +121,16 @@ class HandlerRole:
         return record.epoch
 
     def on_feed(self, message: bytes) -> None:
-        """One message from the venue: its updates enter the handler's delay line."""
+        """One message from the venue: its columns (read in place, ``feeds/venue_wire.py``)
+        enter the handler's delay line; a message that is not a batch is counted as malformed
+        and by reason in the gate, never half-read."""
         try:
-            updates = self.codec.decode(message)
-        except msgspec.DecodeError:
+            updates = read_batch(message)
+        except BatchError as exc:
             self.feed.malformed_messages += 1
+            self.gate.refuse_batch(exc.reason, f"feed {self.plan.key}", str(exc))
             return
-        self.feed.received_items += len(updates)
+        self.feed.received_items += updates.count
         idle = self.handler.next_due_ns is None
         self.handler.on_venue(updates)
         if idle and self.on_head is not None:
@@ -140,7 +139,7 @@ class HandlerRole:
             # the default rate).
             self.on_head()
 
-    def due(self, now: int | None = None) -> list[Tick]:
+    def due(self, now: int | None = None) -> list[TickBatch]:
         """What is due at ``now`` (default: the clock's now; not yet published); the twin's
         epoch bumps are picked up every 10 ms."""
         if now is None:
@@ -149,16 +148,16 @@ class HandlerRole:
             self._next_epoch_check = now + EPOCH_CHECK_NS
             if self._epochs_changed():
                 self.handler.refresh_epochs()
-        ticks = self.handler.drain_due(now)
-        self.published += len(ticks)
-        return ticks
+        batches = self.handler.drain_batches(now)
+        self.published += sum(b.count for b in batches)
+        return batches
 
     def pump(self) -> int:
         """What is due goes on the bus."""
-        ticks = self.due()
-        if ticks:
-            self.bus.publish(ticks)
-        return len(ticks)
+        batches = self.due()
+        for batch in batches:
+            self.bus.publish(batch)
+        return sum(b.count for b in batches)
 
     def _epochs_changed(self) -> bool:
         """Whether the venue's epoch file changed since the last look: one ``stat`` every

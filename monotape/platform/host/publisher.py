@@ -26,11 +26,12 @@ prices).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from typing import Protocol, TypeAlias
 
 import numpy as np
+import numpy.typing as npt
 
 from monotape.platform.core.conflation import Frame
 from monotape.platform.core.sequencer import Sequencer
@@ -138,6 +139,11 @@ class FramePublisher:
         self.frames += 1
         return outcome, published
 
+    def wanted(self, iids: npt.NDArray[np.uint16]) -> list[int]:
+        """The distinct ids among an admitted batch's that some writer's terminal holds in an
+        order ticket, ascending (``interest.py``: with no mark anywhere, a header read)."""
+        return sorted(self.interest.wanted_among(_Listed(iids)))
+
     def publish_priority(self, applied: Sequence[Tick], admitted_ns: int) -> PublishOutcome | None:
         """One PRIORITY entry of the batch's wanted symbols (latest tick each, full records,
         ascending iid); None when no applied tick is wanted (the common case)."""
@@ -169,6 +175,19 @@ class FramePublisher:
                 priority=priority,
             )
         )
+
+
+class _Listed:
+    """An id array that becomes a list only if iterated (``wanted_among`` does not look at it
+    when no order ticket is open anywhere: the common case)."""
+
+    __slots__ = ("_ids",)
+
+    def __init__(self, ids: npt.NDArray[np.uint16]) -> None:
+        self._ids = ids
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._ids.tolist())
 
 
 def ages_of(ticks: FrameTicks) -> TickAges:
@@ -232,10 +251,7 @@ def seed(
             tick = Tick(
                 iid, venue_of.get(iid, ""), epoch, seq, 0, rec.bid, rec.ask, rec.last, rec.size
             )
-        states = sequencer.lane_of(iid).states
-        cur = states.get(iid)
-        if cur is None or (cur.epoch, cur.seq) < (epoch, seq):
-            states[iid] = tick
+        if sequencer.seed(tick):
             out.seeded += 1
     return out
 

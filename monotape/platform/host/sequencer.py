@@ -29,7 +29,7 @@ import contextlib
 import gc
 import os
 import socket
-from collections.abc import Coroutine, Sequence
+from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry
@@ -53,7 +53,6 @@ from monotape.platform.host.publisher import FramePublisher, seed
 from monotape.platform.host.spec import RoleSpec
 from monotape.platform.host.state import RoleView, sequencer_state
 from monotape.platform.host.telemetry import RoleState, serve_metrics
-from monotape.platform.model import Tick
 from monotape.platform.node.collectors import (
     FrameGridCollector,
     GcCollector,
@@ -71,6 +70,7 @@ from monotape.platform.node.sources import universe_of
 from monotape.platform.ring.collector import RingProducerCollector
 from monotape.platform.ring.shm import ShmRing
 from monotape.platform.server.looplag import LoopLagMonitor
+from monotape.platform.wire.batch import TickBatch
 
 if TYPE_CHECKING:
     from prometheus_client.registry import Collector
@@ -132,7 +132,7 @@ class SequencerRole:
         bus = role_bus(
             self.cfg, self.spec.run_dir, self.name, self.universe, self.clock.now_ns, gate=self.gate
         )
-        bus.subscribe(self.on_ticks)
+        bus.subscribe(self.on_batch)
         if isinstance(bus, NatsTickBus):
             self.nats_bus = bus
             return NatsBusCollector(bus)
@@ -154,21 +154,24 @@ class SequencerRole:
         return reg
 
     # -- one step each (tests call them directly) ----------------------------------------------
-    def on_ticks(self, ticks: Sequence[Tick]) -> None:
-        """A bus batch: stamp its decode, admit it, stamp what was applied, publish the wanted
-        ones now. ``decode`` is recorded here, not in the handler processes: a batch is one
-        handler drain, and ``decoded_ns`` (CLOCK_MONOTONIC) means the same in every process of
-        the host, so the venue-to-decode figure is the node's (Pipeline.pump)."""
+    def on_batch(self, batch: TickBatch) -> None:
+        """A bus batch (read in place): stamp its decode, admit it, stamp what was applied,
+        publish the wanted ones now. ``decode`` is recorded here, not in the handler processes:
+        a batch is one handler drain, and its ``recv_ts`` (CLOCK_MONOTONIC) means the same in
+        every process of the host, so the venue-to-decode figure is the node's
+        (Pipeline._deliver)."""
         try:
-            self.decoded_ticks += len(ticks)
-            self.stamps.decoded(ticks)
+            self.decoded_ticks += batch.count
+            self.stamps.decoded_batch(batch)
             now = self.clock.now_ns()
-            applied = self.sequencer.on_ticks(ticks, now)
-            if applied:
-                self.stamps.admitted(applied)
-                self.publisher.publish_priority(applied, now)
+            admission = self.sequencer.on_batch(batch, now)
+            if admission.count:
+                self.stamps.admitted_batch(admission)
+                wanted = self.publisher.wanted(admission.iids)
+                if wanted:
+                    self.publisher.publish_priority(self.sequencer.latest(wanted), now)
         except Exception as exc:  # one batch; the next one is admitted as usual
-            self.failures.record("sequence", exc, ticks=len(ticks))
+            self.failures.record("sequence", exc, ticks=batch.count)
 
     def frame(self, boundary: int) -> None:
         """One boundary: take the frame, encode it once, put its snapshots, publish it."""

@@ -32,13 +32,12 @@ from monotape.platform.bus.link import (
     Drop,
     LinkCounters,
     LinkSender,
-    split_encode,
 )
 from monotape.platform.bus.memory import TickBus
 from monotape.platform.bus.nats_bus import NatsTickBus
 from monotape.platform.bus.nats_collector import NatsBusCollector
 from monotape.platform.feeds.epochs import MemoryEpochStore
-from monotape.platform.feeds.venue_wire import VenueBatchCodec, per_venue
+from monotape.platform.feeds.venue_wire import per_venue, venue_batch
 from monotape.platform.host.buses import role_bus
 from monotape.platform.host.handler import exit_now
 from monotape.platform.host.handler_role import feed_path
@@ -50,6 +49,7 @@ from monotape.platform.node.failures import StageFailures
 from monotape.platform.node.pipeline import PUMP_INTERVAL_S
 from monotape.platform.node.process_metrics import register_process_metrics
 from monotape.platform.node.sources import build_sources, handler_plans
+from monotape.platform.wire.batch import batch_from_ticks, split
 
 __all__ = ["VenueRole", "main"]
 
@@ -79,7 +79,7 @@ class VenueRole:
         self.replay = sources.replay
         self.bus = bus  # replay only
         self.failures = StageFailures(self.clock.now_ns)
-        self.codec = VenueBatchCodec()
+        self.batches = 0  # venue batches sent (their batch_seq)
         self.max_message_bytes = max_message_bytes
         # Per venue, the senders to both of its handlers (A first: the order is not a promise).
         self.feeds: dict[str, list[LinkSender]] = {}
@@ -101,19 +101,25 @@ class VenueRole:
                 return 0
             self.updates += len(updates)
             for venue, batch in per_venue(updates).items():
-                # Encoded once per venue; the same bytes to both twins (multicast).
-                messages, oversize = split_encode(batch, self.codec.encode, self.max_message_bytes)
+                # Columns once per venue; the same bytes to both twins (multicast).
+                columns = venue_batch(venue, batch, self.batches)
+                try:
+                    messages = split(columns, self.max_message_bytes)
+                except ValueError:  # a message size that holds no update: none could go
+                    messages = []
+                    for sender in self.feeds.get(venue, ()):
+                        sender.counters.drop(Drop.OVERSIZE, columns.count)
+                self.batches += len(messages)
                 for sender in self.feeds.get(venue, ()):
-                    if oversize:
-                        sender.counters.drop(Drop.OVERSIZE, oversize)
-                    for payload, n in messages:
-                        sender.send(payload, n)
+                    for message in messages:
+                        sender.send(message.buffer, message.count)
             return len(updates)
         if self.replay is not None:
             ticks = self.replay.step()
             if ticks and self.bus is not None:
                 self.replayed += len(ticks)
-                self.bus.publish(ticks)
+                for replayed in batch_from_ticks(ticks):
+                    self.bus.publish(replayed)
             return len(ticks)
         return 0
 

@@ -219,9 +219,18 @@ class IngestCollector(Collector):
             "Ticks refused where they enter (replay, NATS, feed handler): out of the wire's range.",
             labels=["venue", "reason"],
         )
-        for (venue, reason), n in sorted(dict(self._gate().rejected).items()):
+        gate = self._gate()
+        for (venue, reason), n in sorted(dict(gate.rejected).items()):
             rejected.add_metric([venue, reason], n)
         yield rejected
+        # every reason from 0 (known label values: rate() and absent-series alerts read right)
+        yield _labelled_counter(
+            m.BATCHES_REFUSED,
+            "Buffers refused whole where batches enter (bus, NATS, a venue feed): not a tick "
+            "batch of this format (unknown version, torn, short, count and length disagree).",
+            "reason",
+            dict(gate.batches_refused),
+        )
         yield _labelled_counter(
             m.STAGE_FAILURES,
             "Frames, symbols or batches whose processing raised: contained, logged, skipped.",

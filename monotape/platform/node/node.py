@@ -104,7 +104,6 @@ class Node:
             self.nats_bus = NatsTickBus(
                 scheme=cfg.nats.subjects,
                 symbols={i.iid: i.symbol for i in self.universe},
-                array_like=cfg.nats.array_like,
                 max_pending_batches=cfg.nats.max_pending_batches,
                 name=f"monotape-{socket.gethostname()}-{os.getpid()}",
                 gate=self.gate,

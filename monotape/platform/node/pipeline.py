@@ -26,11 +26,12 @@ from monotape.platform.core.sequencer import Sequencer
 from monotape.platform.core.stamps import StageStamps
 from monotape.platform.feeds.handler import FeedHandler
 from monotape.platform.feeds.replay import ReplayAdapter
-from monotape.platform.feeds.simulator import VenueSimulator, VenueUpdate
-from monotape.platform.model import Tick
+from monotape.platform.feeds.simulator import VenueSimulator
+from monotape.platform.feeds.venue_wire import per_venue, venue_batch
 from monotape.platform.node.failures import StageFailures
 from monotape.platform.node.grid import GridCounts, run_frame_grid
 from monotape.platform.server.endpoint import FanoutServer
+from monotape.platform.wire.batch import TickBatch, batch_from_ticks
 
 __all__ = ["PUMP_INTERVAL_S", "GcUpkeep", "Pipeline"]
 
@@ -73,52 +74,57 @@ class Pipeline:
         self.grid = GridCounts()  # the frame loop's boundaries, taken and skipped
         self.decoded_ticks = 0  # what the stage histograms must add up to
         self.framed_ticks = 0
-        bus.subscribe(self.on_ticks)
+        self._priority_among = server.terminals.index.priority_among
+        bus.subscribe(self.on_batch)
 
     # -- one step each -------------------------------------------------------------------------
-    def on_ticks(self, ticks: Sequence[Tick]) -> None:
-        """A bus batch: admit it, stamp what was applied, send the priority updates now."""
+    def on_batch(self, batch: TickBatch) -> None:
+        """A bus batch (by reference: the handler's own buffer): admit it, stamp what was
+        applied, send the latest applied tick of each order-ticket symbol now."""
         try:
-            applied = self.sequencer.on_ticks(ticks, self.clock.now_ns())
-            if applied:
-                self.stamps.admitted(applied)
-                self.server.publish_priority(applied)
+            admission = self.sequencer.on_batch(batch, self.clock.now_ns())
+            if admission.count:
+                self.stamps.admitted_batch(admission)
+                wanted = self._priority_among(admission.iids)
+                if wanted:
+                    self.server.publish_priority(self.sequencer.latest(wanted))
         except Exception as exc:  # one batch; the next one is admitted as usual
-            self.failures.record("sequence", exc, ticks=len(ticks))
+            self.failures.record("sequence", exc, ticks=batch.count)
 
     def pump(self) -> None:
         """Move everything that is due: venue -> both handlers -> (after their lag) the bus."""
         if self.simulator is not None:
             updates = self.simulator.step()
             if updates:
-                per_venue: dict[str, list[VenueUpdate]] = defaultdict(list)
-                for u in updates:
-                    per_venue[u.venue].append(u)
-                for venue, batch in per_venue.items():
-                    for handler in self.by_venue.get(venue, ()):
-                        handler.on_venue(batch)
+                # each venue's updates as columns once, heard by both of its handlers
+                for venue, heard in per_venue(updates).items():
+                    handlers = self.by_venue.get(venue, ())
+                    if handlers:
+                        columns = venue_batch(venue, heard)
+                        for handler in handlers:
+                            handler.on_venue(columns)
         if self.replay is not None:
             ticks = self.replay.step()
             if ticks:
-                self.decoded_ticks += len(ticks)
-                self.stamps.decoded(ticks)
-                self.bus.publish(ticks)
-        # Every handler drained at one time, as one batch: stamped, published and admitted once
-        # per step, not once per handler (twelve at the default universe), as the host's feed
-        # processes do (host/feed_group.py). Each stage's per-call cost is then paid once a
-        # millisecond: at 120k ticks/s a drain holds ~10 ticks, and the per-drain calls were
-        # most of what stage recording cost (bench_recording, docs/benchmarks.md).
+                for replayed in batch_from_ticks(ticks):
+                    self._deliver(replayed)
+        # Every handler drained at one time: a batch per handler and epoch, stamped, published
+        # and admitted whole (issue 35: columns end to end, no object per tick).
         now = self.clock.now_ns()
-        drained: list[Tick] = []
         for handler in self.handlers:
             try:
-                drained += handler.drain_due(now)
+                drained = handler.drain_batches(now)
             except Exception as exc:  # one handler's bug: the others' ticks still go out
                 self.failures.record("pump", exc, venue=handler.venue)
-        if drained:
-            self.decoded_ticks += len(drained)
-            self.stamps.decoded(drained)
-            self.bus.publish(drained)
+                continue
+            for batch in drained:
+                self._deliver(batch)
+
+    def _deliver(self, batch: TickBatch) -> None:
+        """One decoded batch: its decode stamps, then the bus (by reference)."""
+        self.decoded_ticks += batch.count
+        self.stamps.decoded_batch(batch)
+        self.bus.publish(batch)
 
     def frame(self, boundary: int) -> None:
         """One frame: pump what is due, take the frame at ``boundary``, encode it, fan it out."""
