@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import json
+import math
 import os
 import platform
 import resource
@@ -21,13 +22,17 @@ __all__ = [
     "Row",
     "box_gauge_ms",
     "cpu_waits",
+    "goal",
     "machine_summary",
     "median_min_max",
     "most_waiting",
+    "per_second",
+    "percentile",
     "pin_to_cpu",
     "print_rows",
     "raise_nofile",
     "row",
+    "run_queue_wait_s",
     "waits_text",
 ]
 
@@ -127,6 +132,53 @@ def most_waiting(waits: dict[str, float]) -> str:
 
 def median_min_max(values: Sequence[float]) -> tuple[float, float, float]:
     return statistics.median(values), min(values), max(values)
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The nearest-rank ``q`` percentile (0 < q <= 100) of ``values``: a value that occurred,
+    as HdrHistogram reports one; 0.0 for no values."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
+
+
+def goal(value: float, limit: float, what: str) -> str:
+    """A goal line for a row's note: ``what <= limit: met`` or ``NOT met``."""
+    return f"goal {what} <= {limit:g}: {'met' if value <= limit else 'NOT met'}"
+
+
+def per_second(
+    before: dict[str, tuple[int, float]], after: dict[str, tuple[int, float]], window: float
+) -> dict[str, float]:
+    """name -> (pid, a running total such as CPU seconds) at two reads: each name's growth per
+    second over the window. A process that restarted inside it (another pid) counts from its
+    own start, as does one that was not there at the first read."""
+    out = {}
+    for name, (pid, v1) in after.items():
+        pid0, v0 = before.get(name, (pid, 0.0))
+        out[name] = (v1 - (v0 if pid0 == pid else 0.0)) / window
+    return out
+
+
+def run_queue_wait_s(pid: int) -> float | None:
+    """Seconds every thread of process ``pid`` has spent runnable on a run queue without a core
+    since it started: the second field of /proc/PID/task/TID/schedstat, summed over threads.
+    None when the process is gone or the kernel keeps no schedstat. Any process can be read
+    this way, a load client as well as a server's role."""
+    total_ns, read = 0, False
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return None
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat", encoding="ascii") as f:
+                total_ns += int(f.read().split()[1])
+            read = True
+        except (OSError, IndexError, ValueError):  # a thread that left between the two reads
+            continue
+    return total_ns / 1e9 if read else None
 
 
 def raise_nofile() -> tuple[int, int]:

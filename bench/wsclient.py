@@ -35,6 +35,7 @@ __all__ = ["CountingClient", "Counts", "client_frame"]
 KINDS = max(Kind) + 1  # one count per codec.Kind; index 0 counts payloads too short for one
 FRAME, SNAPSHOT = int(Kind.FRAME), int(Kind.SNAPSHOT)  # the numbered messages, as plain ints
 HEAD = 11  # a payload's kind and its frame number (a uvarint: at most 10 bytes)
+FLOOR = 24.0  # boundaries/s a terminal must be shown to count as kept up (issue 35: >= 24)
 
 
 class Counts:
@@ -244,6 +245,8 @@ class _Marks:
     def __init__(self) -> None:
         self._at: dict[CountingClient, tuple[int, int, int]] = {}
         self._t = 0.0  # when they were taken (this process's monotonic clock)
+        # each held terminal's boundaries per second over the last interval (``rates``)
+        self.per_terminal: list[float] = []
 
     def since(self, clients: list[CountingClient], now_s: float) -> dict[str, float]:
         """``held``: terminals open (and numbered) at both samples; ``boundaries``: distinct
@@ -254,6 +257,8 @@ class _Marks:
         answer's: per-terminal rates over it would be off by the difference)."""
         out: dict[str, float] = {"held": 0, "boundaries": 0, "slots": 0, "repeats": 0}
         at: dict[CountingClient, tuple[int, int, int]] = {}
+        span = now_s - self._t
+        self.per_terminal = []
         for p in clients:
             if not p.is_open or p.frame_no < 0:
                 continue
@@ -264,9 +269,22 @@ class _Marks:
                 out["boundaries"] += now[0] - before[0]
                 out["slots"] += now[1] - before[1]
                 out["repeats"] += now[2] - before[2]
-        out["terminal_s"] = out["held"] * (now_s - self._t)
+                if span > 0:
+                    self.per_terminal.append((now[0] - before[0]) / span)
+        out["terminal_s"] = out["held"] * span
         self._at, self._t = at, now_s
         return out
+
+    def rates(self, floor: float) -> dict[str, float]:
+        """The last interval's slowest held terminal (boundaries/s; -1: none held) and how many
+        held terminals were shown fewer than ``floor`` boundaries a second: whether *every*
+        terminal kept up, which a mean over terminals cannot say."""
+        rates = self.per_terminal
+        return {
+            "slowest": min(rates, default=-1.0),
+            "below": sum(1 for r in rates if r < floor),
+            "floor": floor,
+        }
 
 
 def _snapshot(counts: Counts, cpu: float, live: int) -> dict[str, Any]:
@@ -288,8 +306,9 @@ async def _run(job: dict[str, Any]) -> None:
     Each terminal connects at its ``at`` (a failed or refused upgrade retries after 1 s, while
     the job's ``until`` has not passed), writes its requests, then stays. On every stdin line
     ("sample") it prints a snapshot of its counts and its own CPU, with the frame numbers shown
-    since the previous sample (``_Marks``); on "close" (or EOF) every terminal closes
-    gracefully and the process exits."""
+    since the previous sample (``_Marks``) and the slowest terminal's rate against the job's
+    ``floor`` (default ``FLOOR``); on "close" (or EOF) every terminal closes gracefully and
+    the process exits."""
     loop = asyncio.get_running_loop()
     counts = Counts()
     host = f"127.0.0.1:{job['port']}"
@@ -332,7 +351,9 @@ async def _run(job: dict[str, Any]) -> None:
         # small population's client can spend less than one between two samples (it read 0)
         live = sum(1 for p in clients if p.is_open)
         snap = _snapshot(counts, time.process_time(), live)
-        _emit({**snap, "window": marks.since(clients, snap["t"]), "failures": failures})
+        window = marks.since(clients, snap["t"])
+        rates = marks.rates(float(job.get("floor", FLOOR)))
+        _emit({**snap, "window": window, "rates": rates, "failures": failures})
     for t in tasks:
         t.cancel()
     for p in clients:

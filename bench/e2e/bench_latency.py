@@ -104,7 +104,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import psutil
 
@@ -114,6 +114,7 @@ from bench.common import (
     cpu_waits,
     median_min_max,
     most_waiting,
+    per_second,
     print_rows,
     raise_nofile,
     row,
@@ -122,7 +123,7 @@ from bench.common import (
 from bench.e2e.pinned import LOAD_CPU, SERVER_CPU, can_pin, start_pinned
 from bench.wsclient import KINDS, client_frame
 from monotape.histograms import ALL_STAGES, STAGES
-from monotape.loadgen.launch import RunningNode, sum_samples
+from monotape.loadgen.launch import RunningNode, Samples, sum_samples
 from monotape.loadgen.watchlists import zipf_watchlists
 from monotape.metric_names import (
     CONNECTIONS,
@@ -135,7 +136,7 @@ from monotape.platform.feeds.simulator import build_universe
 from monotape.platform.wire.codec import Kind
 from monotape.platform.wire.requests import SetPriority, Subscribe, encode_request
 
-__all__ = ["run"]
+__all__ = ["Outcome", "Size", "Watch", "measure", "role_of", "run", "terminal_requests"]
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -264,6 +265,8 @@ class _Clients:
             p.stdin.write("sample\n")
             p.stdin.flush()
         total: dict[str, Any] = {"kinds": [0] * KINDS, "failures": [], "window": {}}
+        slowest: list[float] = []  # each process's slowest held terminal (boundaries/s)
+        below = 0
         for p in self.procs:
             assert p.stdout is not None
             snap = json.loads(p.stdout.readline())
@@ -273,6 +276,12 @@ class _Clients:
             for key, n in snap["window"].items():  # frame numbers since the previous sample
                 total["window"][key] = total["window"].get(key, 0) + n
             total["failures"] += snap["failures"]
+            rates = snap.get("rates", {})
+            if rates.get("slowest", -1.0) >= 0:
+                slowest.append(float(rates["slowest"]))
+            below += int(rates.get("below", 0))
+        total["slowest"] = min(slowest, default=-1.0)  # -1: no terminal held
+        total["below_floor"] = below  # terminals shown < wsclient.FLOOR boundaries/s
         total["t"] = time.monotonic()
         return total
 
@@ -326,6 +335,11 @@ class Outcome:
     box_ms: float = 0.0  # bench.common.box_gauge_ms before the server started (lower: faster)
     # s/s each process's event loop waited for a core (monotape_cpu_wait_seconds_total)
     wait_by_process: dict[str, float] = field(default_factory=dict)
+    slowest_terminal_s: float = -1.0  # the slowest terminal's distinct frames/s (-1: none held)
+    below_floor: int = 0  # terminals shown fewer than wsclient.FLOOR frames/s in the window
+    # /metrics at the window's two ends, as read (empty when a scrape failed): for figures a
+    # bench wants beyond these
+    window_samples: tuple[Samples, Samples] = ({}, {})
 
     def cpu_by_role(self) -> dict[str, float]:
         out: dict[str, float] = {}
@@ -396,18 +410,6 @@ def _tree_cpu(server: RunningNode, names: dict[int, str]) -> dict[str, tuple[int
     return out
 
 
-def _cpu_delta(
-    a: dict[str, tuple[int, float]], b: dict[str, tuple[int, float]], window: float
-) -> dict[str, float]:
-    """Cores per process over the window; a process that restarted inside it (another pid)
-    counts from its own start."""
-    out = {}
-    for name, (pid, cpu1) in b.items():
-        pid0, cpu0 = a.get(name, (pid, 0.0))
-        out[name] = (cpu1 - (cpu0 if pid0 == pid else 0.0)) / window
-    return out
-
-
 GcHist = dict[tuple[str, str], dict[float, float]]  # (process, generation) -> le -> count
 
 
@@ -446,9 +448,29 @@ def _split(server: RunningNode, token: str, writers: int) -> dict[str, int]:
     return {str(k): int(v) for k, v in body.get("terminals", {}).items()}
 
 
-def measure(size: Size, terminals: int, variant: str, log: Any, writers: int = 0) -> Outcome:
+class Watch(Protocol):
+    """What another bench reads beside ``measure``'s own figures, in the same run: ``start``
+    once the server listens and the load clients are on their way, ``mark`` at each end of the
+    window (just before its first read, just after its last), ``stop`` before the server
+    stops (always, a failed run too)."""
+
+    def start(self, server: RunningNode, writers: int) -> None: ...
+
+    def mark(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+def measure(
+    size: Size,
+    terminals: int,
+    variant: str,
+    log: Any,
+    writers: int = 0,
+    watch: Watch | None = None,
+) -> Outcome:
     """One run on a fresh server: the one-process node (``writers`` 0, pinned to SERVER_CPU)
-    or the host with ``writers`` writer processes (not pinned)."""
+    or the host with ``writers`` writer processes (not pinned); ``watch`` sees the same run."""
     pin = can_pin(SERVER_CPU, LOAD_CPU)
     box_ms = box_gauge_ms()  # how fast the box runs now: runs are compared only at one speed
     requests = terminal_requests(terminals)
@@ -467,10 +489,14 @@ def measure(size: Size, terminals: int, variant: str, log: Any, writers: int = 0
         scraper.start()
         first = time.monotonic() + START_S
         clients = _Clients(server.ws_port, f"/?token={server.token}", requests, first, size)
+        if watch is not None:
+            watch.start(server, writers)
         time.sleep(max(0.0, first + size.ramp_s + SETTLE_S - time.monotonic()))
         names = _names(server, admin, writers)
         w0_wall_ms = int(time.time() * 1000)
         gc0 = _gc(server, admin) if not writers else None
+        if watch is not None:
+            watch.mark()
         m0, tree0 = _scrape(server, log), _tree_cpu(server, names)
         c0 = clients.sample()
         w0 = c0["t"]
@@ -480,6 +506,8 @@ def measure(size: Size, terminals: int, variant: str, log: Any, writers: int = 0
         m1, tree1 = _scrape(server, log), _tree_cpu(server, names)
         c1 = clients.sample()
         w1 = c1["t"]
+        if watch is not None:
+            watch.mark()
         split = _split(server, admin, writers)
         stages = {
             st: dict(
@@ -492,6 +520,8 @@ def measure(size: Size, terminals: int, variant: str, log: Any, writers: int = 0
         last = scraper.sample()
     finally:
         scraper.stop.set()
+        if watch is not None:
+            watch.stop()
         if clients is not None:
             clients.close()
         rc = server.stop()
@@ -501,7 +531,7 @@ def measure(size: Size, terminals: int, variant: str, log: Any, writers: int = 0
                 log("    " + line.rstrip())
     window = w1 - w0
     minutes = window / 60
-    cpu_by_process = _cpu_delta(tree0, tree1, window)
+    cpu_by_process = per_second(tree0, tree1, window)
     h0, h1 = _gc_hist(m0), _gc_hist(m1)
     admitted = sum_samples(m1, TICKS_ADMITTED) - sum_samples(m0, TICKS_ADMITTED)
     gen2_by_process = gc_window(h0, h1, "2")
@@ -568,6 +598,9 @@ def measure(size: Size, terminals: int, variant: str, log: Any, writers: int = 0
         split=split,
         box_ms=box_ms,
         wait_by_process=cpu_waits(m0, m1, window) if m0 and m1 else {},
+        slowest_terminal_s=float(c1["slowest"]),
+        below_floor=int(c1["below_floor"]),
+        window_samples=(m0, m1),
     )
     log(
         f"  {variant}: {out.connections:.0f} connected at the window's end "
