@@ -30,8 +30,9 @@ def test_the_next_frame_clears_the_stall_silently_and_keeps_the_venues() -> None
     watch.framed(FRAME, 1_000)
     assert watch.venues_down({"XNAS"}, 1_010) == StaleState(0, (("XNAS", 1_010),))
     assert watch.check(10 * FRAME) == StaleState(1_000, (("XNAS", 1_010),))
-    watch.framed(11 * FRAME, 1_400)  # the FRAME itself tells the terminals: nothing to send
-    assert watch.state == StaleState(0, (("XNAS", 1_010),))
+    # told once, ahead of the frame: a terminal whose symbols did not move gets no FRAME
+    assert watch.framed(11 * FRAME, 1_400) == StaleState(0, (("XNAS", 1_010),))
+    assert watch.framed(12 * FRAME, 1_440) is None
 
 
 def test_venue_sets_are_announced_on_change_only_and_keep_their_since() -> None:

@@ -5,8 +5,9 @@ STALE state to announce.
 Two causes, one state (design: never silently stale):
 
 - the frame grid stalled: no frame reached this writer for more than two frame intervals (the
-  sequencer is down, restarting or hung; a frozen ring). The next frame ends it, and says so
-  itself at every terminal: the FRAME is the clearing record, nothing else is sent.
+  sequencer is down, restarting or hung; a frozen ring). The next frame ends it: a FRAME clears
+  it at a terminal, and the cleared state goes out once too, ahead of that frame, for the
+  terminals whose symbols did not move (a frame carries only changes: they get no FRAME).
 - venues whose feed handlers are all down (``venues_down``): the ingest side decides which, the
   writer only carries the set. A quiet symbol is never stale; a down venue's symbols are.
 """
@@ -55,12 +56,15 @@ class StaleWatch:
     stalls: int = 0  # times the grid was found stalled (an episode each)
     venue_episodes: int = 0  # times a venue was found down
 
-    def framed(self, now_ns: int, wall_ms: int) -> None:
-        """A frame was written: the grid is live, and the FRAME itself tells the terminals."""
+    def framed(self, now_ns: int, wall_ms: int) -> StaleState | None:
+        """A frame is being written: the grid is live. The new state when it had stalled (to
+        be told ahead of the frame), else None."""
         self.last_frame_ns = now_ns
         self.last_frame_wall_ms = wall_ms
-        if self.state.grid_since_ms:
-            self.state = StaleState(0, self.state.venues)
+        if not self.state.grid_since_ms:
+            return None
+        self.state = StaleState(0, self.state.venues)
+        return self.state
 
     def venues_down(self, venues: Collection[str], wall_ms: int) -> StaleState | None:
         """The venues whose handlers are all down now; the new state if the set changed."""

@@ -153,7 +153,9 @@ class Writer:
         terminals = self.terminals
         index = terminals.index
         self.last_frame_no = plan.frame_no
-        self.stale.framed(self.clock.now_ns(), self.clock.wall_ns() // 1_000_000)
+        resumed = self.stale.framed(self.clock.now_ns(), self.clock.wall_ns() // 1_000_000)
+        if resumed is not None:  # the grid had stalled: cleared for quiet terminals too
+            self.publish_stale(resumed)
         terminals.stats.frames += 1
         terminals.stats.payloads_last = len(plan.payloads)
         now_ns = self.clock.now_ns
