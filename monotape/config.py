@@ -94,7 +94,10 @@ class ServerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     # The per-terminal write loop in C (server/sendmany.py, issue 13): one send per terminal
     # with the GIL released, one call per payload group. Off: the pure-Python transport path.
     native_writer: bool = True
-    slow_consumer_kick_s: float = 30.0  # a ring in gap this long: teardown "slow_consumer"
+    # A ring in gap (it overran: 64 frames its socket could not take) this long without the
+    # snapshot that ends the gap: teardown "slow_consumer" (docs/observability.md gives the
+    # bound). A terminal that reads slowly gets its snapshot well within it and stays.
+    slow_consumer_kick_s: float = 5.0
     max_subscriptions: int = 256
     max_priority: int = 8
     max_message_bytes: int = 16 * 1024

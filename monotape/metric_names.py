@@ -29,6 +29,7 @@ __all__ = [
     "FRAMES_SENT",
     "FRAME_BOUNDARIES",
     "FRAME_BOUNDARIES_SKIPPED",
+    "FRAME_GRID_STALLED",
     "FRAME_PAYLOADS",
     "GAP_SNAPSHOTS",
     "GC_FROZEN_OBJECTS",
@@ -80,6 +81,10 @@ __all__ = [
     "STAGE_DURATION",
     "STAGE_FAILURES",
     "STAGE_LATENCY",
+    "STALE_EPISODES",
+    "STALE_TERMINALS",
+    "STALE_VENUE",
+    "STALE_VENUES",
     "TICKS_ADMITTED",
     "TICKS_RECEIVED",
     "TICKS_REJECTED",
@@ -129,6 +134,13 @@ OUTBOX_FRAMES_MAX = "monotape_outbox_frames_max"
 PRIORITY_UPDATES_SENT = "monotape_priority_updates_sent_total"
 SLOW_CONSUMER_DROPS = "monotape_slow_consumer_drops_total"
 GAP_SNAPSHOTS = "monotape_gap_snapshots_total"
+# STALE (docs/wire.md): terminals whose screen holds a stale symbol now (every terminal while the
+# grid is stalled; else those subscribed to a down venue's symbol), per process: sum them
+STALE_TERMINALS = "monotape_stale_terminals"
+STALE_VENUES = "monotape_stale_venues"  # venues whose handlers are all down, as a writer knows
+STALE_VENUE = "monotape_stale_venue"  # {venue}: 1 while its symbols are marked stale
+FRAME_GRID_STALLED = "monotape_frame_grid_stalled"  # 1: no frame for > 2 frame intervals
+STALE_EPISODES = "monotape_stale_episodes_total"  # {cause}: grid stalls, venues found down
 ADMISSION_REJECTED = "monotape_admission_rejected_total"
 AUTH_CACHE_HITS = "monotape_auth_cache_hits_total"
 AUTH_CACHE_MISSES = "monotape_auth_cache_misses_total"

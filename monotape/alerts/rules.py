@@ -96,6 +96,21 @@ class AlertRule:
         return f"{base}#{self.anchor}"
 
 
+# (summary, description) of the two STALE alerts (docs/runbooks.md, TerminalsStale, VenueStale)
+_TERMINALS_STALE: Final = (
+    "Terminals show stale prices on {{ $labels.instance }} for a minute",
+    "Terminals have been told STALE for a minute: their frame grid stalled (the sequencer is "
+    "down, restarting in a loop or hung) or a venue they watch has every feed handler down. "
+    "Their screens are greyed, not wrong, but traders cannot trade on them.",
+)
+_VENUE_STALE: Final = (
+    "A venue has every feed handler down on {{ $labels.instance }}",
+    "Every feed handler of a venue is down: its symbols are greyed as stale on every screen "
+    "that watches them (monotape_stale_venue names the venue). FeedStale pages too after two "
+    "minutes of silence.",
+)
+
+
 def _le(bound: float) -> str:
     # The `le` label exactly as the node's collectors write it (repr of the float bound).
     return repr(float(bound))
@@ -215,6 +230,25 @@ def alert_rules() -> list[AlertRule]:
                 "or up and delivering nothing new. Outside the venue's trading hours this is "
                 "expected: silence it for the closed session."
             ),
+        ),
+        # STALE (docs/wire.md): terminals are told, so no price looks live; these say how many
+        # screens are greyed and for how long. A sequencer restart greys them for 0.5-3 s.
+        AlertRule(
+            "TerminalsStale",
+            f"sum by (instance) ({m.STALE_TERMINALS})",
+            "> 0",
+            "1m",
+            Severity.PAGE,
+            *_TERMINALS_STALE,
+        ),
+        # both handlers of a pair down at once (30 s): never a designed restart
+        AlertRule(
+            "VenueStale",
+            f"max by (instance) ({m.STALE_VENUES})",
+            "> 0",
+            "30s",
+            Severity.PAGE,
+            *_VENUE_STALE,
         ),
         AlertRule(
             name="FeedBackwards",

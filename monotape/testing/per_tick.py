@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 from operator import attrgetter
 
 from monotape.platform.core.conflation import FRAME_NS, Conflator, Frame, FrameRecord
-from monotape.platform.core.sequencer import Sequencer, VenueCounters
+from monotape.platform.core.sequencer import VenueCounters
 from monotape.platform.model import Tick
 
 __all__ = ["Lane", "PerTickSequencer"]
@@ -167,7 +167,22 @@ class PerTickSequencer:
                 o.regressions += c.regressions
         return out
 
-    # the same totals as the batch path's, read from ``counters()``
-    admitted_total = Sequencer.admitted_total
-    duplicates_total = Sequencer.duplicates_total
-    regressions_total = Sequencer.regressions_total
+    @property
+    def totals(self) -> VenueCounters:
+        """Every venue's counts summed (the batch path's ``*_total`` come from the same)."""
+        c = self.counters().values()
+        return VenueCounters(
+            sum(v.admitted for v in c), sum(v.duplicates for v in c), sum(v.regressions for v in c)
+        )
+
+    @property
+    def admitted_total(self) -> int:
+        return self.totals.admitted
+
+    @property
+    def duplicates_total(self) -> int:
+        return self.totals.duplicates
+
+    @property
+    def regressions_total(self) -> int:
+        return self.totals.regressions

@@ -52,6 +52,8 @@ def test_every_alert_the_issue_names_is_there_with_its_severity() -> None:
         "GCPauseLong",
         "FeedRedundancyLost",
         "FeedStale",
+        "TerminalsStale",
+        "VenueStale",
         "FeedBackwards",
         "RegressionsStoppedAtPeak",
         "AdmissionRejectingSustained",
@@ -192,6 +194,25 @@ CASES: dict[str, Case] = {
             (f'{m.TICKS_ADMITTED}{{venue="XNYS",{N1}}}', "0+6000x15"),
         ],
         "checks": [("4m", []), ("10m", [{"instance": "n1", "venue": "XNAS"}])],
+    },
+    "TerminalsStale": {
+        # n1's grid stalls from 2m (every terminal told STALE); n2 greys two terminals for one
+        # sample (a sequencer restart of a few seconds), which never pages
+        "series": [
+            (f'{m.STALE_TERMINALS}{{process="writer-0",{N1}}}', "0 0 40x10"),
+            (f'{m.STALE_TERMINALS}{{process="writer-1",{N1}}}', "0 0 35x10"),
+            (f"{m.STALE_TERMINALS}{{{N2}}}", "0 2 0x10"),
+        ],
+        "checks": [("2m", []), ("4m", [{"instance": "n1"}])],
+    },
+    "VenueStale": {
+        # both XNAS handlers down on n1 from 2m: both writers were told; n2 healthy
+        "series": [
+            (f'{m.STALE_VENUES}{{process="writer-0",{N1}}}', "0 0 1x10"),
+            (f'{m.STALE_VENUES}{{process="writer-1",{N1}}}', "0 0 1x10"),
+            (f"{m.STALE_VENUES}{{{N2}}}", "0x12"),
+        ],
+        "checks": [("2m", []), ("4m", [{"instance": "n1"}])],
     },
     "FeedBackwards": {
         "series": [

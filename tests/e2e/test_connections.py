@@ -47,7 +47,9 @@ async def test_slow_consumer_is_bounded_gets_a_snapshot_and_others_keep_their_ra
     # Small transport and kernel buffers so a stalled reader overflows its ring within seconds.
     server = server_factory.start(
         "--rate", "12000",
-        env={"MONOTAPE_SERVER__WRITE_HIGH_WATER": "4096", "MONOTAPE_SERVER__SO_SNDBUF": "4096"},
+        env={"MONOTAPE_SERVER__WRITE_HIGH_WATER": "4096", "MONOTAPE_SERVER__SO_SNDBUF": "4096",
+             # degrade, not kick: a 5 s stall outlasts the default 5 s kick
+             "MONOTAPE_SERVER__SLOW_CONSUMER_KICK_S": "30"},
     )  # fmt: skip
     keys = await _keys(server.url)
     hot = keys[:256]

@@ -52,7 +52,7 @@ class Sequencer:
         self.ring, self.iids, self.clock = ring, iids, clock
         self.frame_no = 0
 
-    def frame(self, ages: TickAges | None = None) -> Entry:
+    def frame(self, ages: TickAges | None = None, stale_venues: int = 0) -> Entry:
         self.frame_no += 1
         n = self.frame_no
         records = {}
@@ -61,7 +61,7 @@ class Sequencer:
             self.ring.put_snapshot(iid, (1, n), codec.encode_full_record(new))
             records[iid] = codec.encode_delta_record(_tick(iid, n - 1) if n > 1 else None, new)
         now = self.clock.now_ns()
-        entry = Entry(EntryKind.FRAME, n, now, now, records, ages=ages)
+        entry = Entry(EntryKind.FRAME, n, now, now, records, ages=ages, stale_venues=stale_venues)
         self.ring.publish(entry)
         return entry
 
@@ -346,3 +346,27 @@ async def test_marks_follow_a_terminals_order_ticket_and_its_teardown(
     iid1, iid2 = universe[1].iid, universe[2].iid
     assert told == [{iid1, iid2}, {iid1}, {iid2}]  # marked both, unmarked one, left holding one
     assert not server.index.has_priority(iid1) and not server.index.has_priority(iid2)
+
+
+def test_each_frame_s_down_venues_reach_the_terminals_as_stale_before_its_records(
+    ring: tuple[MemoryRing, MemoryReader],
+) -> None:
+    """The host sequencer's verdict rides every FRAME entry (ring/venues.py); the writer tells
+    its terminals on a change only, and a recovered venue is cleared ahead of its frame."""
+    from monotape.platform.ring.venues import VenueBits
+
+    desk = Desk(ring)
+    reader = ring[1]
+    bits = VenueBits.of(["XNAS", "EBS"])
+    desk.feed = RingFeed(desk.server.writer, desk.server.index, stale=(desk.server.stale, bits))
+    t = desk.connect([0, 1])
+    seq = desk.sequencer([0, 1])
+    for mask in (0, bits.mask({"XNAS"}), bits.mask({"XNAS"}), 0):
+        seq.frame(stale_venues=mask)
+    t.writes.clear()
+    _feed_all(desk.feed, reader)
+    kinds = [type(msg).__name__ for msg in _messages(t) if not isinstance(msg, codec.Snapshot)]
+    expected = ["Frame", "Stale", "Frame", "Frame", "Stale", "Frame"]
+    assert kinds == expected, kinds
+    told = [msg for msg in _messages(t) if isinstance(msg, codec.Stale)]
+    assert [v.venue for v in told[0].venues] == ["XNAS"] and told[1].venues == []

@@ -54,13 +54,13 @@ test("records: 64-bit fields are BigInt at any size, iid a number", () => {
 
 function expectedMessage(c) {
   if (c.name === "unknown_kind_is_skipped") return { kind: "unknown", code: c.decoded.kind };
-  const kind = c.name.startsWith("frame") ? "frame" : c.name;
+  const kind = c.name.startsWith("frame") ? "frame" : c.name.startsWith("stale") ? "stale" : c.name;
   return { kind, ...typed(c.decoded) };
 }
 
 function encodeMessage(c) {
   const i = c.input;
-  switch (c.name.startsWith("frame") ? "frame" : c.name) {
+  switch (c.name.startsWith("frame") ? "frame" : c.name.startsWith("stale") ? "stale" : c.name) {
     case "frame": return enc.encodeFrame(i.frame_no, i.records.map(chunk));
     case "snapshot": return enc.encodeSnapshot(i.frame_no, i.records.map(chunk));
     case "priority": return enc.encodePriority(chunk(i.record));
@@ -70,6 +70,7 @@ function encodeMessage(c) {
     case "close": return enc.encodeClose(i.code, i.reconnect_after_ms, i.reason);
     case "ack": return enc.encodeAck(i.req, i.subscribed, i.priority);
     case "refused": return enc.encodeRefused(i.req, i.keys);
+    case "stale": return enc.encodeStale(i.frame_no, i.grid_since_ms, i.venues);
     default: return null; // a kind this protocol does not define: only decoded (skipped)
   }
 }
@@ -83,7 +84,7 @@ test("messages: every kind decodes to the vector's values and encodes to its byt
     const bytes = encodeMessage(c);
     if (bytes !== null) assert.equal(toHex(bytes), c.hex, c.name);
   }
-  for (const k of ["hello", "snapshot", "frame", "priority", "heartbeat", "error", "close", "ack", "refused", "unknown"]) {
+  for (const k of ["hello", "snapshot", "frame", "priority", "heartbeat", "error", "close", "ack", "refused", "stale", "unknown"]) {
     assert.ok(kinds.has(k), `no vector decoded as ${k}`);
   }
 });
@@ -126,6 +127,12 @@ const FAULTS = {
   refusal_trailing_element: Fault.ARRAY_LENGTH,
   refused_no_keys: Fault.ARRAY_LENGTH,
   refused_empty: Fault.TRUNCATED,
+  stale_empty: Fault.TRUNCATED,
+  stale_trailing_element: Fault.ARRAY_LENGTH,
+  stale_missing_venues: Fault.ARRAY_LENGTH,
+  stale_venue_trailing_element: Fault.ARRAY_LENGTH,
+  stale_venue_empty_name: Fault.OUT_OF_RANGE,
+  stale_venue_name_too_long: Fault.OUT_OF_RANGE,
 };
 
 test("bad messages: every one throws a WireError naming what was wrong", () => {

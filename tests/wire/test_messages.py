@@ -101,6 +101,7 @@ ARRAY_MESSAGES = [
     codec.encode_close(1001, 2500, "drain"),
     codec.encode_ack(7, 40, 2),
     codec.encode_refused(7, [codec.Refusal("A:B", 4, "not in the dictionary")]),
+    codec.encode_stale(7, 0, [("XNAS", 5)]),
     codec.encode_hello(
         [Instrument(0, "XNAS:AAPL", "XNAS", "AAPL", 2, 1)],
         frame_ms=40,
@@ -120,13 +121,36 @@ def test_arrays_with_trailing_elements_are_refused(data: bytes, extra: object) -
     decode_message(data[:1] + msgspec.msgpack.encode(body))  # the re-encoding itself is valid
     with pytest.raises(CodecError, match="at most length"):
         decode_message(data[:1] + msgspec.msgpack.encode([*body, extra]))
-    if data[0] in (codec.Kind.HELLO, codec.Kind.REFUSED):  # and in the nested rows
+    if data[0] in (codec.Kind.HELLO, codec.Kind.REFUSED, codec.Kind.STALE):  # nested rows too
         body[-1][0].append(extra)
         with pytest.raises(CodecError, match="at most length"):
             decode_message(data[:1] + msgspec.msgpack.encode(body))
 
 
-@given(st.integers(10, 255), st.binary(max_size=50))
+VENUE = st.from_regex(r"^[A-Z0-9_.-]{1,16}$", fullmatch=True)
+
+
+@given(
+    st.integers(0, 2**64 - 1),
+    st.integers(0, 2**64 - 1),
+    st.lists(st.tuples(VENUE, st.integers(0, 2**64 - 1)), max_size=20),
+)
+def test_stale_round_trips(
+    frame_no: int, grid_since_ms: int, venues: list[tuple[str, int]]
+) -> None:
+    got = decode_message(codec.encode_stale(frame_no, grid_since_ms, venues))
+    assert isinstance(got, codec.Stale)
+    assert (got.frame_no, got.grid_since_ms) == (frame_no, grid_since_ms)
+    assert [(v.venue, v.since_ms) for v in got.venues] == venues
+
+
+def test_stale_names_at_most_256_venues() -> None:
+    codec.encode_stale(1, 0, [("V", 1)] * 256)
+    with pytest.raises(ValueError):
+        codec.encode_stale(1, 0, [("V", 1)] * 257)
+
+
+@given(st.integers(11, 255), st.binary(max_size=50))
 def test_unknown_kinds_are_skipped_not_malformed(kind: int, body: bytes) -> None:
     assert decode_message(bytes([kind]) + body) == codec.UnknownKind(kind)
 

@@ -99,6 +99,9 @@ class FramePublisher:
         self.frames = 0  # FRAME entries published (oversize ones included: a gap went out)
         self.priority_entries = 0
         self.left_out = 0  # records left out of a frame or a priority entry (cannot encode)
+        # The venues whose handlers are all down, as ring/venues.py bits: every entry from the
+        # next one carries them to the writers, which tell their terminals STALE.
+        self.stale_venues = 0
 
     def publish_frame(
         self, frame: Frame, ticks: FrameTicks | None = None
@@ -132,7 +135,15 @@ class FramePublisher:
             ticks = None if ticks is None else ticks.without(left_out)
         ages = None if ticks is None else ages_of(ticks)
         outcome = ring.publish(
-            Entry(EntryKind.FRAME, frame.frame_no, frame.boundary_ns, published, records, ages=ages)
+            Entry(
+                EntryKind.FRAME,
+                frame.frame_no,
+                frame.boundary_ns,
+                published,
+                records,
+                ages=ages,
+                stale_venues=self.stale_venues,
+            )
         )
         self.last_frame_no = frame.frame_no
         self.last_boundary_ns = frame.boundary_ns
@@ -143,6 +154,13 @@ class FramePublisher:
         """The distinct ids among an admitted batch's that some writer's terminal holds in an
         order ticket, ascending (``interest.py``: with no mark anywhere, a header read)."""
         return sorted(self.interest.wanted_among(_Listed(iids)))
+
+    def set_down_venues(self, mask: int) -> None:
+        """The ingest side's call: ``mask`` (``VenueBits.mask`` of the venues whose handlers
+        are all down, 0: none) rides on every FRAME entry from the next one (docs/ring.md)."""
+        if not 0 <= mask < 1 << 32:
+            raise ValueError(f"a stale-venue mask is a u32, not {mask}")
+        self.stale_venues = mask
 
     def publish_priority(self, applied: Sequence[Tick], admitted_ns: int) -> PublishOutcome | None:
         """One PRIORITY entry of the batch's wanted symbols (latest tick each, full records,

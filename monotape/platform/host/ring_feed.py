@@ -10,6 +10,8 @@ by ``ring.driver.RingFollower``):
   of the ticks its terminals were sent (``StageStamps.written_frame``);
 - a PRIORITY entry: each full record to the terminals of this writer that hold it in an order
   ticket, framed once for them all;
+- every FRAME's ``stale_venues`` (the sequencer's venues whose handlers are all down, as
+  ring/venues.py bits) to ``StaleNotices.set_down_venues``: STALE at the terminals on a change;
 - ``Lapped`` or ``Gap``: this writer cannot know which deltas its terminals missed, so every
   terminal is in a gap: the next thing it gets is a snapshot of its subscriptions, joined from
   the ring's shared snapshot table (``RingSnapshots``, a memcpy per symbol: nothing encoded).
@@ -38,6 +40,8 @@ from monotape.platform.core.stamps import FrameTicks, StageStamps
 from monotape.platform.ring.ages import TickAges
 from monotape.platform.ring.layout import EntryKind, Records, RingFrame
 from monotape.platform.ring.protocol import Gap, Lapped, RingRead, RingReader
+from monotape.platform.ring.venues import VenueBits
+from monotape.platform.server.stale import StaleNotices
 from monotape.platform.server.writer import Writer
 from monotape.platform.wire import codec
 
@@ -87,11 +91,14 @@ class RingFeed:
         index: SubscriptionIndex,
         pacer: Pacer | None = None,
         stamps: StageStamps | None = None,
+        stale: tuple[StaleNotices, VenueBits] | None = None,
     ) -> None:
         self.writer = writer
         self.index = index
         self.pacer = pacer
         self._stamps = stamps
+        self._stale = stale  # where each frame's down venues go, and how to read their bits
+        self._stale_mask = 0
         self.counters = FeedCounters()
 
     def on_read(self, read: RingRead) -> None:
@@ -112,6 +119,11 @@ class RingFeed:
         return n
 
     def _frame(self, read: RingFrame) -> None:
+        if self._stale is not None and read.stale_venues != self._stale_mask:
+            # before the frame: a venue that recovered is cleared ahead of its first prices
+            notices, bits = self._stale
+            notices.set_down_venues(bits.names(read.stale_venues))
+            self._stale_mask = read.stale_venues
         chunks = watched(read.records, self.index)
         plan = plan_chunks(read.frame_no, chunks, self.index, self.pacer)
         published = self.writer.publish_plan(plan)

@@ -67,6 +67,7 @@ from monotape.platform.node.rotation import HistogramRotation
 from monotape.platform.node.sources import universe_of
 from monotape.platform.node.supervisor import LoopFactory, Supervisor
 from monotape.platform.ring import ReaderCounters, RingFollower, RingRead, ShmReader
+from monotape.platform.ring.venues import VenueBits
 from monotape.platform.server.endpoint import FanoutServer
 from monotape.platform.server.looplag import LoopLagMonitor
 
@@ -153,7 +154,11 @@ class WriterRole:
         )
         self.server.failures = self.failures
         self.feed = RingFeed(
-            self.server.writer, self.server.index, self.server.terminals.pacer, self.stamps
+            self.server.writer,
+            self.server.index,
+            self.server.terminals.pacer,
+            self.stamps,
+            stale=(self.server.stale, VenueBits.of(i.venue for i in universe_of(cfg))),
         )
         index = self.server.index
         self.invariants = InvariantMonitor(
@@ -272,6 +277,7 @@ class WriterRole:
             self.host_watch,
             self.invariants.run_forever,
             self.rotation.run,
+            self.server.stale.run,  # STALE when no frame came for two frame intervals
         ]
         if srv.glass_share > 0:
             loops.append(self.server.glass_loop)

@@ -74,6 +74,39 @@ def _labelled_counter(
     return family
 
 
+def _stale_families(s: FanoutServer) -> Iterator[Metric]:
+    """STALE as an SRE reads it (docs/runbooks.md, Stale prices)."""
+    stale = s.stale
+    state, watch = stale.state, stale.watch  # one read: the state is a frozen value
+    yield GaugeMetricFamily(
+        m.STALE_TERMINALS,
+        "Terminals whose screen holds a symbol marked stale now (grid stalled or venue down).",
+        value=stale.stale_terminals(),
+    )
+    yield GaugeMetricFamily(
+        m.STALE_VENUES,
+        "Venues whose feed handlers are all down, as this writer was told.",
+        value=len(state.venues),
+    )
+    per_venue = GaugeMetricFamily(
+        m.STALE_VENUE, "1 while the venue's symbols are marked stale.", labels=["venue"]
+    )
+    for venue, _since in state.venues:
+        per_venue.add_metric([venue], 1)
+    yield per_venue
+    yield GaugeMetricFamily(
+        m.FRAME_GRID_STALLED,
+        "1 while this writer has had no frame for more than two frame intervals.",
+        value=int(bool(state.grid_since_ms)),
+    )
+    yield _labelled_counter(
+        m.STALE_EPISODES,
+        "Times terminals were told STALE: the grid stalled, a venue found down.",
+        "cause",
+        {"grid": watch.stalls, "venue": watch.venue_episodes},
+    )
+
+
 class FanoutCollector(Collector):
     def __init__(self, server: FanoutServer) -> None:
         self._server = server
@@ -133,6 +166,7 @@ class FanoutCollector(Collector):
             s.gate.failures.throttled,
         )
         yield _counter(m.GAP_SNAPSHOTS, "Snapshots sent to resolve a gap.", st.gap_snapshots)
+        yield from _stale_families(s)
         pacer = s.terminals.pacer
         yield _counter(
             m.MAX_HZ_RETRIED,

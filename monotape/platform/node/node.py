@@ -1,12 +1,11 @@
 """The composition root: build every stage from one Config, start it, stop it.
 
-Everything of the embedded default runs in one event loop: the venue simulator (or a replay
-file), two feed handlers per venue, the in-process bus, the sequencer lanes, the 40 ms frame
-clock, the WebSocket fan-out and the admin API. Each piece is a state machine; this module only
-wires them together and runs their drivers: where ticks come from (sources.py), the pipeline's
-loops (pipeline.py) under a supervisor (supervisor.py), the histogram rotation (rotation.py),
-the collectors every /metrics scrape reads (collectors.py) and the admin app, built from this
-node as an ``AdminView`` (admin.py) and served on its own socket (admin_server.py).
+Everything of the embedded default runs in one event loop: the venue simulator (or a replay),
+two feed handlers per venue, the in-process bus, the sequencer lanes, the 40 ms frame clock, the
+WebSocket fan-out and the admin API. Each piece is a state machine; this module wires them and
+runs their drivers: ticks' sources (sources.py), the pipeline's loops (pipeline.py) under a
+supervisor (supervisor.py), histogram rotation (rotation.py), STALE for down venues
+(venue_watch.py), the collectors (collectors.py) and the admin app (admin.py, admin_server.py).
 """
 
 from __future__ import annotations
@@ -75,6 +74,7 @@ from monotape.platform.node.process_metrics import register_process_metrics
 from monotape.platform.node.rotation import HistogramRotation
 from monotape.platform.node.sources import build_sources
 from monotape.platform.node.supervisor import LoopFactory, Supervisor
+from monotape.platform.node.venue_watch import down_venues
 from monotape.platform.node.watchlist import watchlist_site
 from monotape.platform.server.endpoint import FanoutServer
 from monotape.platform.server.looplag import LoopLagMonitor
@@ -135,6 +135,7 @@ class Node:
             priority=self.stamps.prioritized,
         )
         self.server.failures = self.failures  # the writer's and the snapshot cache's
+        self.server.stale.venues = lambda: down_venues(self.handlers)  # STALE of down venues
         self.pipeline = Pipeline(
             clock=self.clock,
             feeds=cfg.feeds,
@@ -251,6 +252,7 @@ class Node:
             self.server.glass_loop,
             self.server.keepalive_loop,
             self.invariants.run_forever,
+            self.server.stale.run,
         ]
         return {loop.__qualname__: loop for loop in loops}
 
@@ -290,6 +292,7 @@ class Node:
             self.pipeline.heartbeat_loop(),
             self.invariants.run_forever(),
             self.rotation.run(),
+            self.server.stale.run(),
             sample_registry(self.dashboard_ring, self.registry, self.clock, self.loop_lag),
         ]
         if srv.glass_share > 0:

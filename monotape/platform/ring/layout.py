@@ -60,9 +60,11 @@ MAX_READERS: Final = 64  # reader table words that fit the header page beside th
 _MIB: Final = 1 << 20
 
 # frame_no, boundary_ns, published_ns, records, records body bytes, priority records, priority
-# body bytes, age runs, aged ticks, kind; 56 bytes keeps the u32 arrays after it 4-byte aligned,
-# and the ages' i64 array after those (8 bytes per record) 8-byte aligned.
-ENTRY_HEAD: Final = struct.Struct("=qqqIIIIIIB7x")
+# body bytes, age runs, aged ticks, kind, stale venues (a bit per venue whose handlers are all
+# down, ring/venues.py: it sits in what was padding, so an entry without it reads 0, none);
+# 56 bytes keeps the u32 arrays after it 4-byte aligned, and the ages' i64 array after those
+# (8 bytes per record) 8-byte aligned.
+ENTRY_HEAD: Final = struct.Struct("=qqqIIIIIIB3xI")
 _U32: Final = "I"  # array typecode: 4 bytes on every platform CPython supports on Linux
 _U32_MAX: Final = 0xFFFFFFFF
 assert array(_U32).itemsize == 4
@@ -177,6 +179,7 @@ class Entry:
     records: Mapping[int, bytes] = field(default_factory=dict)
     priority: Mapping[int, bytes] = field(default_factory=dict)
     ages: TickAges | None = None  # a FRAME's; None: the writers record no tick_to_write for it
+    stale_venues: int = 0  # the venues whose handlers are all down (ring/venues.py bits)
 
 
 class Records:
@@ -268,6 +271,7 @@ def encode_entry(entry: Entry) -> bytes:
             runs,
             aged,
             entry.kind,
+            entry.stale_venues,
         )
     except struct.error as exc:
         raise LayoutError(f"entry header out of range: {exc}") from exc
@@ -303,6 +307,7 @@ class RingFrame:
     records: Records
     priority: Records
     ages: TickAges | None = None  # None: the frame carried no ticks, or its ages were dropped
+    stale_venues: int = 0  # the producer's down venues as of this entry (ring/venues.py)
 
 
 def decode_entry(buf: bytes, no: int = 0) -> RingFrame:
@@ -312,7 +317,7 @@ def decode_entry(buf: bytes, no: int = 0) -> RingFrame:
     if len(buf) < ENTRY_HEAD.size:
         raise LayoutError(f"{len(buf)} bytes is shorter than an entry header")
     head = ENTRY_HEAD.unpack_from(buf)
-    frame_no, boundary, published, nr, r_len, np_, p_len, runs, aged, kind = head
+    frame_no, boundary, published, nr, r_len, np_, p_len, runs, aged, kind, stale = head
     try:
         kind = EntryKind(kind)
     except ValueError as exc:
@@ -346,6 +351,7 @@ def decode_entry(buf: bytes, no: int = 0) -> RingFrame:
         Records(buf, words[:nr], r_ends, bodies),
         Records(buf, words[2 * nr : 2 * nr + np_], p_ends, bodies + r_len),
         ages,
+        stale,
     )
 
 

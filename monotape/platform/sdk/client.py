@@ -35,6 +35,7 @@ from monotape.platform.sdk.answers import (
 )
 from monotape.platform.sdk.connection import NS, STATES, State, TerminalConnection
 from monotape.platform.sdk.reconnect import ReconnectPolicy, hint_from_reason, parse_retry_after
+from monotape.platform.sdk.staleness import STALE_AFTER_MS
 from monotape.platform.sdk.stats import SdkStats
 from monotape.platform.sdk.upkeep import FULL_RATE_HZ, RefreshToken
 from monotape.platform.sdk.view import Quote
@@ -74,6 +75,7 @@ class TerminalClient(TerminalConnection):
         clock: Clock | None = None,
         max_hz: float = FULL_RATE_HZ,
         refresh_token: RefreshToken | None = None,
+        stale_after_ms: int = STALE_AFTER_MS,
     ) -> None:
         rng = rng or random.Random()
         self.policy = ReconnectPolicy(
@@ -94,11 +96,21 @@ class TerminalClient(TerminalConnection):
             refresh_token=refresh_token,
             rng=rng,
         )
+        self.screen.staleness.stale_after_ns = stale_after_ms * 1_000_000  # the watchdog
         self.reconnect = reconnect
         self._supervisor: asyncio.Task[None] | None = None
         self._first_hello: asyncio.Future[codec.Hello] | None = None
         self._closing = False
         self._wake: asyncio.Event | None = None
+
+    def stale(self, key: str) -> bool:
+        """Whether ``key``'s price on screen is stale now: no message for ``stale_after_ms``
+        (the SDK's own watchdog), or the server said STALE (grid stalled, venue down)."""
+        return self.screen.stale(key)
+
+    def stale_since_ms(self, key: str) -> int | None:
+        """Since when ``key`` is stale (wall ms), None while it is live."""
+        return self.screen.staleness.since_ms(key)
 
     @property
     def connected(self) -> bool:

@@ -298,6 +298,7 @@ class TerminalConnection:
                 self._set_state("closed")
 
     def _on_message(self, msg: codec.ServerMessage) -> None:
+        self.screen.staleness.heard()  # every kind feeds the watchdog; the view reads the rest
         if isinstance(msg, codec.Ack):
             if not self.upkeep.answer(msg):
                 self._answer(msg.req, self.intent.acked(msg))

@@ -39,6 +39,7 @@ import msgspec
 from monotape.clock import Clock, SystemClock
 from monotape.platform.core.admit import APPLIED, DUPLICATE, VersionGuard
 from monotape.platform.model import Instrument, Version
+from monotape.platform.sdk.staleness import Staleness
 from monotape.platform.wire import codec
 
 __all__ = [
@@ -200,6 +201,7 @@ class TerminalView:
         # the latest of each, for the glass report (glass.py)
         self.last_regression: Offence | None = None
         self.last_gap: Offence | None = None
+        self.staleness = Staleness(self.clock)  # which symbols are stale (sdk/staleness.py)
 
     # -- the watchlist --------------------------------------------------------------------------
     def hold(self, keys: list[str]) -> list[str]:
@@ -228,6 +230,7 @@ class TerminalView:
         on the glass is carried over by key, so the guard still holds across the reconnect.
         (The driver refuses a hello of a protocol it does not speak before it gets here.)"""
         old_ids = self.ids
+        self.staleness.on_message(hello)  # a new writer's staleness starts from its own word
         self.hello = hello
         self.instruments = {i.iid: i for i in hello.instruments}
         self.ids = {i.key: i.iid for i in hello.instruments}
@@ -240,6 +243,7 @@ class TerminalView:
         """Apply one server message to the screen. Requests' answers (ACK, REFUSED, ERROR) and
         CLOSE are the driver's: they change nothing here."""
         step = Step()
+        self.staleness.on_message(msg)
         if isinstance(msg, codec.Frame):
             self.stats.frames += 1
             self.stats.last_frame_no = msg.frame_no
@@ -285,6 +289,10 @@ class TerminalView:
     def resyncing(self) -> list[str]:
         """Keys gapped and waiting for their snapshot."""
         return [self._key(i) for i in self._resyncing]
+
+    def stale(self, key: str) -> bool:
+        """Whether ``key``'s price on screen is stale now; ``staleness.since_ms`` says since."""
+        return self.staleness.is_stale(key)
 
     def chain(self, key: str) -> ChainLink | None:
         """What the chain holds for ``key`` on this connection (None: nothing, or gapped)."""

@@ -5,9 +5,9 @@ only for that (server/upgrade.py: browsers), greets each terminal with the hello
 message to the terminal's ``Session`` (core/session.py: the request rules, limits and token
 expiry, pure) and writes what the session answers (a ``refresh``'s token is verified here, off
 the loop, by the upgrade's verifier and cache, then judged by the session); the frame, priority
-and heartbeat writes are the writer's (server/writer.py), the pings keepalive's
-(server/keepalive.py), the drain its driver's (server/drain.py); every way out ends in the
-registry's one idempotent ``teardown`` (server/terminals.py) with a named ``Disconnect``.
+and heartbeat writes are the writer's (server/writer.py), STALE server/stale.py's, the pings
+keepalive's (server/keepalive.py), the drain its driver's (server/drain.py); every way out ends
+in the registry's one idempotent ``teardown`` (server/terminals.py) with a named ``Disconnect``.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ from monotape.platform.server.connection import Connection
 from monotape.platform.server.control import TerminalSocket
 from monotape.platform.server.drain import DrainDriver
 from monotape.platform.server.keepalive import glass_loop, in_glass_cohort, keepalive_loop
+from monotape.platform.server.stale import StaleNotices
 from monotape.platform.server.terminals import FanoutStats, Terminals
 from monotape.platform.server.upgrade import UpgradeGate, refuse_in_band, select_subprotocol
 from monotape.platform.server.writer import Writer
@@ -70,8 +71,8 @@ class FanoutServer:
         marks: Callable[[Iterable[int]], None] | None = None,
     ) -> None:
         """A writer process passes ``snapshots`` (the ring's table), not a ``sequencer``;
-        ``reuse_port`` (SO_REUSEPORT: writers share the port) and ``marks`` (told the iids whose
-        order-ticket marks may have changed: its row of the priority interest)."""
+        ``reuse_port`` (SO_REUSEPORT) and ``marks`` (told the iids whose order-ticket marks may
+        have changed: its row of the priority interest)."""
         self.cfg = cfg
         self._reuse_port = reuse_port
         self._marks = marks
@@ -89,6 +90,7 @@ class FanoutServer:
         self.terminals.pacer = Pacer(self.snapshots)  # max_hz < 25 terminals' boundaries
         self.writer = Writer(cfg, clock, self.terminals, self.snapshots, priority)
         self.drainer = DrainDriver(cfg, clock, self.terminals)
+        self.stale = StaleNotices(self.writer, self.terminals.index, universe, clock)
         self._ids = {inst.key: inst.iid for inst in universe}
         self.rules = SessionRules(
             ids=self._ids,
@@ -230,9 +232,7 @@ class FanoutServer:
             select_subprotocol=select_subprotocol,
             reuse_port=self._reuse_port or None,  # writer processes share the port
         )
-        sock = next(iter(self._server.sockets))
-        port: int = sock.getsockname()[1]
-        return port
+        return int(next(iter(self._server.sockets)).getsockname()[1])
 
     def stop_listening(self) -> None:
         """No new terminals from here on (with SO_REUSEPORT the kernel sends them elsewhere)."""
@@ -266,8 +266,7 @@ class FanoutServer:
             self.terminals.fail(conn, Disconnect.of_overrun(overrun).close())
 
     def _expire(self, conn_id: int) -> None:
-        """The session's token expired: close with a reason and a reconnect hint (the terminal
-        reconnects with a fresh token)."""
+        """The session's token expired: close with a reason and a reconnect hint."""
         conn = self.terminals.connections.get(conn_id)
         if conn is None or conn.closing or conn.session is None:
             return
@@ -361,6 +360,7 @@ class FanoutServer:
         writer = self.writer
         try:
             writer.answer(conn, self._hello)
+            self.stale.greet(conn)
             async for message in ws:
                 if conn_id not in terminals.connections:
                     break  # torn down under us (write error, kick): queued requests are moot

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
+import struct
 from collections.abc import Awaitable
 from typing import Final
 
@@ -20,11 +22,49 @@ from monotape.clock import Clock
 from monotape.config import ServerConfig
 from monotape.histograms import StageRecorder
 from monotape.platform.core.disconnect import Disconnect
+from monotape.platform.server.connection import Connection
 from monotape.platform.server.terminals import Terminals
 
-__all__ = ["PING_SEND_TIMEOUT_S", "glass_loop", "in_glass_cohort", "keepalive_loop"]
+__all__ = [
+    "PING_SEND_TIMEOUT_S",
+    "glass_loop",
+    "in_glass_cohort",
+    "keepalive_loop",
+    "late_pong_reason",
+]
 
 PING_SEND_TIMEOUT_S: Final = 1.0  # a ping that cannot even be sent in this long is skipped
+# struct tcp_info (linux/tcp.h): tcpi_notsent_bytes, the bytes the kernel holds for the peer
+# that it has not even sent (the peer's window is closed: it is not reading)
+_TCP_INFO_NOTSENT: Final = struct.Struct("=I")
+_NOTSENT_AT: Final = 144
+
+
+def _kernel_notsent(conn: Connection) -> int:
+    """The bytes queued in the kernel for this terminal that it could not take yet; 0 when the
+    kernel cannot say (not Linux, not a TCP socket, a test's fake)."""
+    sock = conn.transport.get_extra_info("socket")
+    if sock is None or not hasattr(socket, "TCP_INFO"):
+        return 0
+    try:
+        info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 256)
+    except (OSError, AttributeError, TypeError):
+        return 0
+    if len(info) < _NOTSENT_AT + 4:
+        return 0
+    notsent: int = _TCP_INFO_NOTSENT.unpack_from(info, _NOTSENT_AT)[0]
+    return notsent
+
+
+def late_pong_reason(conn: Connection, behind: bool) -> Disconnect:
+    """Why a terminal whose pong is late is closed. With bytes queued for it (its ring, its
+    transport, or its kernel send queue, which fills only once the terminal's receive window has
+    closed) it is not reading what it is sent, the ping included: a slow consumer, named so
+    (docs/observability.md, Slow consumers). With nothing queued, it reads but never answers,
+    or it is gone: a keepalive timeout."""
+    if behind or conn.transport.get_write_buffer_size() or _kernel_notsent(conn):
+        return Disconnect.SLOW_CONSUMER
+    return Disconnect.KEEPALIVE_TIMEOUT
 
 
 def in_glass_cohort(conn_id: int, share: float) -> bool:
@@ -60,7 +100,8 @@ async def keepalive_loop(cfg: ServerConfig, clock: Clock, terminals: Terminals) 
                 if conn is not None:
                     # A terminal that is only slow to answer still learns why and when to
                     # come back; a dead one costs a bounded close frame and an abort.
-                    terminals.fail(conn, Disconnect.KEEPALIVE_TIMEOUT.close())
+                    reason = late_pong_reason(conn, cid in terminals.behind)
+                    terminals.fail(conn, reason.close())
         tick += 1
         k = tick % slices
         behind = terminals.behind

@@ -60,6 +60,7 @@ class FanoutStats:
         # terminals left on the transport path: their socket could not be duplicated for the
         # native writer's table (EMFILE)
         self.native_unattached = 0
+        self.stale_notices = 0  # STALE messages published (each to every terminal)
 
 
 class BehindSet(set[int]):

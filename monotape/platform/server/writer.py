@@ -10,8 +10,9 @@ marked closing (nothing more for it in this loop) and torn down once the loop is
 ``finally`` (so even a loop that raises leaves no failed terminal registered): the registry and
 the index do not change while a plan is being written.
 
-The same for the order-ticket path (``publish_priority``), heartbeats and the answers to
-requests (``answer``: never dropped with the data).
+The same for the order-ticket path (``publish_priority``), heartbeats, STALE (``stale``:
+core/staleness.py decides, every frame written feeds it) and the answers to requests
+(``answer``: never dropped with the data).
 
 The native writer (``server.native_writer``, issue 13): the per-terminal Python work around
 ``transport.write`` is what a delivered frame costs once payloads are shared, so each payload
@@ -54,6 +55,7 @@ from monotape.platform.core.planner import (
     written_iids,
 )
 from monotape.platform.core.snapshots import FailureSink, Snapshots
+from monotape.platform.core.staleness import StaleState, StaleWatch
 from monotape.platform.model import Tick
 from monotape.platform.server import sendmany
 from monotape.platform.server.connection import Connection, WriteFailed
@@ -91,6 +93,8 @@ class Writer:
         self.snapshots = snapshots
         self.failures: FailureSink | None = None  # the node's: a symbol that cannot encode
         self.last_frame_no = 0
+        # whether this writer's prices stopped (grid stalled, venues down): STALE
+        self.stale = StaleWatch(int(cfg.frame_ms * 1e6))
         # The last frame's writes: its direct writes first (``direct_writes`` of them), then the
         # frames that had waited in a slow terminal's ring and went out in ``flush_behind``,
         # each timed from its own publish: every value is a ``write`` (core/stamps.py).
@@ -149,6 +153,9 @@ class Writer:
         terminals = self.terminals
         index = terminals.index
         self.last_frame_no = plan.frame_no
+        resumed = self.stale.framed(self.clock.now_ns(), self.clock.wall_ns() // 1_000_000)
+        if resumed is not None:  # the grid had stalled: cleared for quiet terminals too
+            self.publish_stale(resumed)
         terminals.stats.frames += 1
         terminals.stats.payloads_last = len(plan.payloads)
         now_ns = self.clock.now_ns
@@ -360,7 +367,22 @@ class Writer:
         return n
 
     def publish_heartbeat(self, wall_ms: int) -> None:
-        wire = codec.ws_binary_frame(codec.encode_heartbeat(self.last_frame_no, wall_ms))
+        self._to_all(codec.ws_binary_frame(codec.encode_heartbeat(self.last_frame_no, wall_ms)))
+
+    def stale_wire(self, state: StaleState) -> bytes:
+        """STALE of ``state``, WebSocket-framed (once for every terminal)."""
+        venues = state.venues[:256]  # the wire's bound; 6 venues in the design's workload
+        return codec.ws_binary_frame(
+            codec.encode_stale(self.last_frame_no, state.grid_since_ms, venues)
+        )
+
+    def publish_stale(self, state: StaleState) -> None:
+        """Tell every terminal the new staleness state (it replaces the one before)."""
+        self.terminals.stats.stale_notices += 1
+        self._to_all(self.stale_wire(state))
+
+    def _to_all(self, wire: bytes) -> None:
+        """``wire`` to every terminal, in order with its data (a slow one queues it)."""
         failed: Failed = []
         try:
             if self.sendloop is not None:

@@ -15,7 +15,7 @@ __all__ = ["PROTOCOL_VERSION", "CloseCode", "CodecError", "ErrorCode", "Kind"]
 # would close on kind 9 (v1 called any unknown kind malformed), hence the bump. Still 2 with
 # the refresh, report and rate requests, ERROR 11 and close 1013: new request types (an older
 # server answers INVALID_REQUEST), no new server message kind, nothing an existing client reads
-# differently.
+# differently. Still 2 with STALE (kind 10): version 2 clients skip kinds they do not know.
 PROTOCOL_VERSION: Final = 2
 
 
@@ -31,6 +31,9 @@ class Kind(IntEnum):
     CLOSE = 7
     ACK = 8
     REFUSED = 9  # the keys of a request that were not applied, each with why (protocol 2)
+    # prices stopped: the frame grid stalled, or venues whose handlers are all down. Added
+    # within protocol 2: a version 2 client skips kinds 10-255 (docs/wire.md, STALE)
+    STALE = 10
 
 
 class ErrorCode(IntEnum):

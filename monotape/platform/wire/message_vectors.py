@@ -21,6 +21,7 @@ __all__ = [
     "INSTRUMENTS",
     "RECORD_CASES",
     "REFUSED_KEYS",
+    "STALE_VENUES",
     "message_cases",
     "record_cases",
     "websocket_cases",
@@ -197,7 +198,30 @@ def message_cases() -> list[dict[str, Any]]:
             "decoded": {"req": 7, "keys": REFUSED_KEYS},
         },
         {
-            # A kind this protocol does not define (10-255): decoded as "skip me", not an error,
+            # The frame grid stalled at this writer: every symbol is stale since its last frame.
+            "name": "stale_grid",
+            "input": {"frame_no": 1234, "grid_since_ms": 1_760_000_000_123, "venues": []},
+            "hex": codec.encode_stale(1234, 1_760_000_000_123, []).hex(),
+            "decoded": {"frame_no": 1234, "grid_since_ms": 1_760_000_000_123, "venues": []},
+        },
+        {
+            # Frames flow, but both handlers of two venues are down: their symbols are stale.
+            "name": "stale_venues",
+            "input": {"frame_no": 1235, "grid_since_ms": 0, "venues": STALE_VENUES},
+            "hex": codec.encode_stale(
+                1235, 0, [(v["venue"], v["since_ms"]) for v in STALE_VENUES]
+            ).hex(),
+            "decoded": {"frame_no": 1235, "grid_since_ms": 0, "venues": STALE_VENUES},
+        },
+        {
+            # Nothing is stale any more: clears every venue (the grid part clears with a FRAME).
+            "name": "stale_cleared",
+            "input": {"frame_no": 1236, "grid_since_ms": 0, "venues": []},
+            "hex": codec.encode_stale(1236, 0, []).hex(),
+            "decoded": {"frame_no": 1236, "grid_since_ms": 0, "venues": []},
+        },
+        {
+            # A kind this protocol does not define (11-255): decoded as "skip me", not an error,
             # so later kinds never break a client (docs/wire.md, Message kinds).
             "name": "unknown_kind_is_skipped",
             "input": {"kind": 42},
@@ -206,6 +230,11 @@ def message_cases() -> list[dict[str, Any]]:
         },
     ]
 
+
+STALE_VENUES: list[dict[str, Any]] = [
+    {"venue": "XNAS", "since_ms": 1_760_000_000_000},
+    {"venue": "EBS", "since_ms": 1_760_000_000_250},
+]
 
 REFUSED_KEYS: list[dict[str, Any]] = [
     {
@@ -244,6 +273,12 @@ BAD_MESSAGES: list[tuple[str, str]] = [
     ("refusal_trailing_element", "0992079194a3413a420aa000"),
     ("refused_no_keys", "09920790"),
     ("refused_empty", "09"),
+    ("stale_empty", "0a"),
+    ("stale_trailing_element", "0a94010090c0"),
+    ("stale_missing_venues", "0a920100"),
+    ("stale_venue_trailing_element", "0a9301009193a341424301c0"),
+    ("stale_venue_empty_name", "0a9301009192a000"),
+    ("stale_venue_name_too_long", "0a9301009192b1" + "41" * 17 + "00"),
 ]
 
 

@@ -2,7 +2,7 @@
 
 Hot-path messages (SNAPSHOT, FRAME, PRIORITY) are a header plus records joined as the encoder
 built them (``records``); the infrequent ones (HELLO, HEARTBEAT, ERROR, CLOSE, ACK, REFUSED)
-are a kind byte plus an array-like msgpack body. ``decode_message`` reads any of them.
+(and STALE) are a kind byte plus an array-like msgpack body. ``decode_message`` reads any of them.
 """
 
 from __future__ import annotations
@@ -32,6 +32,8 @@ __all__ = [
     "Refused",
     "ServerMessage",
     "Snapshot",
+    "Stale",
+    "StaleVenue",
     "UnknownKind",
     "decode_message",
     "encode_ack",
@@ -43,6 +45,7 @@ __all__ = [
     "encode_priority",
     "encode_refused",
     "encode_snapshot",
+    "encode_stale",
     "frame_as_json",
     "frame_header",
     "snapshot_header",
@@ -177,6 +180,30 @@ class Refused(msgspec.Struct, array_like=True, frozen=True, gc=False, forbid_unk
     keys: Annotated[list[Refusal], msgspec.Meta(min_length=1, max_length=MAX_REFUSED)]
 
 
+VenueText = Annotated[str, msgspec.Meta(min_length=1, max_length=16)]  # the key grammar's venue
+MAX_STALE_VENUES: Final = 256
+
+
+class StaleVenue(
+    msgspec.Struct, array_like=True, frozen=True, gc=False, forbid_unknown_fields=True
+):
+    """A venue whose feed handlers are all down, and since when (server wall ms)."""
+
+    venue: VenueText
+    since_ms: U64
+
+
+class Stale(msgspec.Struct, array_like=True, frozen=True, gc=False, forbid_unknown_fields=True):
+    """STALE: the writer's whole staleness state, replacing the one before. ``grid_since_ms``
+    is when the last frame reached this writer if the frame grid has stalled (more than two
+    frame intervals without one), 0 while frames flow; ``venues`` the venues whose symbols are
+    stale. The next FRAME clears the grid part; a STALE without a venue clears that venue."""
+
+    frame_no: U64
+    grid_since_ms: U64
+    venues: Annotated[list[StaleVenue], msgspec.Meta(max_length=MAX_STALE_VENUES)]
+
+
 class UnknownKind(msgspec.Struct, frozen=True, gc=False):
     """A message of a kind this decoder does not know (10-255): clients skip it, so the
     protocol can add kinds without breaking them."""
@@ -194,6 +221,7 @@ ServerMessage = (
     | Close
     | Ack
     | Refused
+    | Stale
     | UnknownKind
 )
 
@@ -204,6 +232,7 @@ _DEC_ERROR: Final = msgspec.msgpack.Decoder(Error)
 _DEC_CLOSE: Final = msgspec.msgpack.Decoder(Close)
 _DEC_ACK: Final = msgspec.msgpack.Decoder(Ack)
 _DEC_REFUSED: Final = msgspec.msgpack.Decoder(Refused)
+_DEC_STALE: Final = msgspec.msgpack.Decoder(Stale)
 
 
 def encode_hello(
@@ -246,6 +275,14 @@ def encode_refused(req: int, refusals: Sequence[Refusal]) -> bytes:
     if not 1 <= len(refusals) <= MAX_REFUSED:
         raise ValueError(f"REFUSED carries 1-{MAX_REFUSED} keys, not {len(refusals)}")
     return ONE_BYTE[Kind.REFUSED] + _ENC.encode(Refused(req, list(refusals)))
+
+
+def encode_stale(frame_no: int, grid_since_ms: int, venues: Sequence[tuple[str, int]]) -> bytes:
+    """STALE (kind 10): ``venues`` as (venue, since_ms) pairs, at most 256."""
+    if len(venues) > MAX_STALE_VENUES:
+        raise ValueError(f"STALE names at most {MAX_STALE_VENUES} venues, not {len(venues)}")
+    body = Stale(frame_no, grid_since_ms, [StaleVenue(v, s) for v, s in venues])
+    return ONE_BYTE[Kind.STALE] + _ENC.encode(body)
 
 
 # --- the JSON baseline of the bytes-ratio target ----------------------------------------------
@@ -327,6 +364,8 @@ def decode_message(data: bytes) -> ServerMessage:
             return _DEC_ACK.decode(body)
         if kind == Kind.REFUSED:
             return _DEC_REFUSED.decode(body)
+        if kind == Kind.STALE:
+            return _DEC_STALE.decode(body)
         if kind == Kind.HELLO:
             return _decode_hello(body)
         if kind > _LAST_KIND:

@@ -75,7 +75,7 @@ export const fromHex = (hex) => Uint8Array.from(hex.match(/../g) ?? [], (b) => p
 export const toHex = (bytes) => Buffer.from(bytes).toString("hex");
 
 // The fields docs/wire.md types uint64 or int64: BigInt in the SDK, whatever size the value is.
-const BIG = new Set(["epoch", "seq", "base_epoch", "base_seq", "bid", "ask", "last", "size", "frame_no", "server_wall_ms", "tick_size"]);
+const BIG = new Set(["epoch", "seq", "base_epoch", "base_seq", "bid", "ask", "last", "size", "frame_no", "server_wall_ms", "tick_size", "grid_since_ms", "since_ms"]);
 
 /** A vector's expected value with the SDK's types: BigInt for 64-bit fields, numbers else. */
 export function typed(value, key = "") {

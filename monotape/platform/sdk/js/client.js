@@ -202,6 +202,7 @@ export class TerminalClient {
       this.drop(ws, conn, CLOSE_PROTOCOL_ERROR, e.fault);
       return;
     }
+    this.view.staleness.heard(); // every kind feeds the watchdog; the view reads the rest
     switch (msg.kind) {
       case "hello":
         return this.onHello(ws, conn, msg);

@@ -27,8 +27,9 @@ export const Kind = Object.freeze({
   CLOSE: 7,
   ACK: 8,
   REFUSED: 9,
+  STALE: 10, // added within version 2: older clients skip it (docs/wire.md, STALE)
 });
-const LAST_KIND = 9;
+const LAST_KIND = 10;
 const KIND_NAMES = Object.freeze(Object.fromEntries(Object.entries(Kind).map(([k, v]) => [v, k])));
 
 /** ERROR.code and REFUSED's per-key code (docs/wire.md, "Error codes"). @readonly @enum {number} */
@@ -69,6 +70,7 @@ export const CloseCode = Object.freeze({
 const TEXT = 1024; // every str(<=1024) of the spec
 const KEY_TEXT = 128; // a refused key as the client sent it
 const MAX_REFUSED = 256;
+const MAX_STALE_VENUES = 256;
 const U16 = 0xffff;
 const U32 = 0xffff_ffff;
 const I64_MAX = (1n << 63n) - 1n;
@@ -90,8 +92,10 @@ const HELLO_KEY = /^[^:]+:[^\n]+\n?$/;
  * @typedef {{kind: "ack", req: number, subscribed: number, priority: number}} Ack
  * @typedef {{key: string, code: number, reason: string}} Refusal
  * @typedef {{kind: "refused", req: number, keys: Refusal[]}} Refused
+ * @typedef {{venue: string, since_ms: bigint}} StaleVenue
+ * @typedef {{kind: "stale", frame_no: bigint, grid_since_ms: bigint, venues: StaleVenue[]}} Stale
  * @typedef {{kind: "unknown", code: number}} UnknownKind a later protocol's message: skip it
- * @typedef {Hello | Snapshot | Frame | PriorityUpdate | Heartbeat | ErrorMessage | Close | Ack | Refused | UnknownKind} ServerMessage
+ * @typedef {Hello | Snapshot | Frame | PriorityUpdate | Heartbeat | ErrorMessage | Close | Ack | Refused | Stale | UnknownKind} ServerMessage
  */
 
 /** @param {ArrayBuffer | ArrayBufferView} data */
@@ -202,6 +206,19 @@ function readSmall(r, kind) {
       }
       return { kind: "refused", req, keys };
     }
+    case Kind.STALE: {
+      r.arrayHeader("$", 3);
+      const frameNo = r.uint64("$[0]");
+      const gridSinceMs = r.uint64("$[1]");
+      const n = r.arrayHeader("$[2]", 0, MAX_STALE_VENUES);
+      const venues = [];
+      for (let i = 0; i < n; i++) {
+        const at = `$[2][${i}]`;
+        r.arrayHeader(at, 2);
+        venues.push({ venue: r.str(`${at}[0]`, 16, 1), since_ms: r.uint64(`${at}[1]`) });
+      }
+      return { kind: "stale", frame_no: frameNo, grid_since_ms: gridSinceMs, venues };
+    }
     default:
       return readHello(r);
   }
@@ -209,7 +226,7 @@ function readSmall(r, kind) {
 
 /**
  * Any server message. Throws WireError (with `fault`, `kind`, `offset`) on anything malformed;
- * returns `{kind: "unknown"}` for kinds 10-255, which a client skips.
+ * returns `{kind: "unknown"}` for kinds 11-255, which a client skips.
  * @param {ArrayBuffer | ArrayBufferView} data one WebSocket message
  * @returns {ServerMessage}
  */

@@ -185,12 +185,25 @@ export function encodeRefused(req, refusals) {
   if (refusals.length < 1 || refusals.length > 256) throw new RangeError(`REFUSED carries 1-256 keys, not ${refusals.length}`);
   return small(Kind.REFUSED, 2, (w) => {
     w.uint(req);
-    w.arrayHeader(refusals.length);
-    for (const r of refusals) {
-      w.arrayHeader(3);
-      w.str(r.key);
-      w.uint(r.code);
-      w.str(r.reason);
-    }
+    rows(w, refusals, 3, (r) => (w.str(r.key), w.uint(r.code), w.str(r.reason)));
+  });
+}
+
+/** `items` as an array of fixed-width arrays (REFUSED's keys, STALE's venues). */
+function rows(w, items, width, put) {
+  w.arrayHeader(items.length);
+  for (const item of items) {
+    w.arrayHeader(width);
+    put(item);
+  }
+}
+
+/** STALE (kind 10): `venues` as [{venue, since_ms}], at most 256 (docs/wire.md, STALE). */
+export function encodeStale(frameNo, gridSinceMs, venues) {
+  if (venues.length > 256) throw new RangeError(`STALE names at most 256 venues, not ${venues.length}`);
+  return small(Kind.STALE, 3, (w) => {
+    w.uint(frameNo);
+    w.uint(gridSinceMs);
+    rows(w, venues, 2, (v) => (w.str(v.venue), w.uint(v.since_ms)));
   });
 }

@@ -23,6 +23,7 @@ export {
   encodeUnsubscribe,
 } from "./requests.js";
 export { Source, TerminalView, VersionGuard, ViewStats, Verdict, compareVersions, formatPrice } from "./view.js";
+export { STALE_AFTER_MS, Staleness } from "./staleness.js";
 export { ReconnectPolicy, hintFromReason, nextDelay, parseRetryAfter } from "./reconnect.js";
 export { KeysRefused, NotConnectedError, ServerError } from "./answers.js";
 export { GlassAudit, REFRESH_RETRY_MS, REPORT_INTERVAL_MS, TokenRefresh, refreshDelayMs, tokenExpiry } from "./upkeep.js";

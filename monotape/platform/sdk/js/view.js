@@ -22,6 +22,7 @@
 /** @typedef {import("./records.js").WireRecord} WireRecord */
 
 import { applyRecord } from "./records.js";
+import { Staleness } from "./staleness.js";
 
 /** Where a shown quote came from. @readonly @enum {string} */
 export const Source = Object.freeze({ SNAPSHOT: "snapshot", FRAME: "frame", PRIORITY: "priority" });
@@ -117,8 +118,10 @@ export class ViewStats {
 
 export class TerminalView {
   /**
-   * @param {{clock?: () => number, resyncRetryMs?: number, minResyncIntervalMs?: number}} [options]
-   *   clock: monotonic milliseconds (default performance.now)
+   * @param {{clock?: () => number, resyncRetryMs?: number, minResyncIntervalMs?: number,
+   *   wallClock?: () => number, staleAfterMs?: number}} [options]
+   *   clock: monotonic milliseconds (default performance.now); wallClock and staleAfterMs: the
+   *   staleness watchdog's (staleness.js)
    */
   constructor(options = {}) {
     this.clock = options.clock ?? (() => performance.now());
@@ -150,6 +153,18 @@ export class TerminalView {
     this.listeners = new Set();
     /** @type {Map<string, Set<(q: Quote) => void>>} */
     this.watchers = new Map();
+    /** which symbols are stale, and since when (staleness.js) */
+    this.staleness = new Staleness({ clock: this.clock, wallClock: options.wallClock, staleAfterMs: options.staleAfterMs });
+  }
+
+  /** Whether `key`'s price on screen is stale now (watchdog, stalled grid, venue down). */
+  stale(key) {
+    return this.staleness.isStale(key);
+  }
+
+  /** Since when `key` is stale (wall ms), or null while it is live. */
+  staleSince(key) {
+    return this.staleness.sinceMs(key);
   }
 
   // -- the watchlist ---------------------------------------------------------------------------
@@ -213,6 +228,7 @@ export class TerminalView {
    */
   receive(msg) {
     const shown = [];
+    if (this.staleness.onMessage(msg)) for (const k of this.held) this.changed.add(k); // repaint
     switch (msg.kind) {
       case "frame":
         this.stats.frames += 1;

@@ -76,5 +76,17 @@ export class RateMeter {
   }
 }
 
+/**
+ * What a stale line says (docs/sdk.md, Stale prices): since when, on the local clock, and for
+ * how long. `sinceMs` and `nowMs` are wall-clock ms (Date.now).
+ * @param {number} sinceMs @param {number} nowMs
+ */
+export function staleLabel(sinceMs, nowMs) {
+  const at = new Date(sinceMs);
+  const hhmmss = [at.getHours(), at.getMinutes(), at.getSeconds()].map((n) => String(n).padStart(2, "0")).join(":");
+  const s = Math.max(0, Math.floor((nowMs - sinceMs) / 1000));
+  return `stale since ${hhmmss} (${s < 60 ? `${s} s` : `${Math.floor(s / 60)} min`})`;
+}
+
 /** "epoch:seq" of a version, as the admin API and `monotape tape` print it. */
 export const versionText = (epoch, seq) => `${epoch}:${seq}`;

@@ -8,7 +8,7 @@
 // cell is written only when its text changes.
 
 import { TerminalClient, formatPrice } from "/watchlist/sdk/index.js";
-import { RateMeter, badge, searchKeys, versionText } from "./board.js";
+import { RateMeter, badge, searchKeys, staleLabel, versionText } from "./board.js";
 
 // How the token travels: in the subprotocol list (a node of issue 15) or, for an older node,
 // the URL (?token=, which gets logged: avoid it).
@@ -195,6 +195,9 @@ function row(key) {
   const sym = document.createElement("span");
   sym.setAttribute("role", "cell");
   sym.textContent = key;
+  const since = document.createElement("span"); // "stale since ...": empty while live
+  since.className = "since";
+  sym.append(since);
   el.append(sym);
   const cells = {};
   const text = {};
@@ -223,7 +226,7 @@ function row(key) {
   drop.setAttribute("aria-label", `remove ${key}`);
   el.append(mark, drop);
   $("rows").append(el);
-  r = { el, cells, text, tone, bid: null, ask: null };
+  r = { el, cells, text, tone, bid: null, ask: null, since, staleText: "" };
   rows.set(key, r);
   return r;
 }
@@ -310,6 +313,20 @@ function paintStatus() {
   setText("held", `${client.view.held.size} of ${client.view.hello?.max_subscriptions ?? "-"} symbols`);
   if ($("empty").hidden !== rows.size > 0) $("empty").hidden = rows.size > 0;
   setText("log", client.stats.log.slice(-6).join("\n"));
+  paintStale(client.view);
+}
+
+/** Grey every stale line and say since when; the next record that clears it un-greys it. */
+function paintStale(view) {
+  const wall = Date.now();
+  for (const [key, r] of rows) {
+    const since = view.staleSince(key);
+    const label = since === null ? "" : staleLabel(since, wall);
+    if (r.staleText === label) continue;
+    r.staleText = label;
+    r.since.textContent = label;
+    r.el.classList.toggle("stale", since !== null);
+  }
 }
 
 start().catch((e) => ($("signin-error").textContent = String(e.message ?? e)));
