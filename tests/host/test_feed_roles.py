@@ -16,6 +16,7 @@ import pytest
 from monotape.clock import FakeClock
 from monotape.config import Config
 from monotape.platform.bus.link import Drop, LinkCounters, LinkReceiver
+from monotape.platform.core.feed_liveness import BEAT_NS
 from monotape.platform.feeds.epochs import FileEpochStore
 from monotape.platform.feeds.simulator import VenueUpdate
 from monotape.platform.feeds.venue_wire import venue_batch
@@ -257,7 +258,8 @@ async def test_one_process_runs_every_venues_a_handler_a_batch_each_per_wake(
         r.open()
     try:
         group.start()
-        assert group.next_due_ns() is None  # nothing heard yet: no timer to set
+        # nothing heard yet: the only timer is the handlers' liveness beat
+        assert group.next_due_ns() == min(r.next_beat_ns for r in group.roles)
         for _ in range(50):
             clock.advance_ms(1)
             venue.step()
@@ -268,7 +270,8 @@ async def test_one_process_runs_every_venues_a_handler_a_batch_each_per_wake(
             "each A handler heard its venue",
         )
         heads = [r.handler.next_due_ns for r in roles]
-        assert group.next_due_ns() == min(h for h in heads if h is not None)
+        beats = [r.next_beat_ns for r in roles]  # a quiet handler still wakes to beat
+        assert group.next_due_ns() == min([h for h in heads if h is not None] + beats)
         clock.advance_ms(20)  # past every A lag (0-1 ms)
         assert group.pump() == sum(sent.values())
         assert len(bus.batches) == 2  # a batch a venue, both in one wake-up
@@ -277,7 +280,8 @@ async def test_one_process_runs_every_venues_a_handler_a_batch_each_per_wake(
         assert {b.venue: b.count for b in bus.batches} == sent
         stamps = {t for b in bus.batches for t in b.recv_ts.tolist()}
         assert len(stamps) == 1  # one stamp for the wake-up (the clock ticks at every read)
-        assert group.published == sum(sent.values()) and group.next_due_ns() is None
+        assert group.published == sum(sent.values())
+        assert group.next_due_ns() == min(r.next_beat_ns for r in group.roles)  # the next beat
 
         def broken(now: int | None = None) -> list[TickBatch]:
             raise RuntimeError("a bad venue")
@@ -323,7 +327,7 @@ async def test_a_handler_whose_step_keeps_raising_does_not_spin_the_process(
     roles[0].due = broken  # type: ignore[method-assign]
     # its delay line's head overdue, as a step that raises before draining leaves it
     roles[0].handler = SimpleNamespace(  # type: ignore[assignment]
-        next_due_ns=clock.now_ns() - 1, stop=lambda: None
+        next_due_ns=clock.now_ns() - 1, stop=lambda: None, up=False
     )
     stop = asyncio.Event()
     runner = asyncio.create_task(group.run([], stop))
@@ -368,3 +372,25 @@ def test_when_the_bus_takes_only_the_first_batches_of_a_wake_no_venue_starves(
     assert len(through) == len(roles) >= 2
     # every venue led the same number of wake-ups, so each got the same share through
     assert set(through.values()) == {10 * 2}, through
+
+
+def test_a_handler_with_nothing_due_beats_with_a_header_only_batch(run_dir: Path) -> None:
+    clock = FakeClock()
+    clock.advance_ms(1_000)
+    cfg = _cfg(run_dir)
+    plan = find_plans(cfg, "", "A")[0]
+    bus = Bus()
+    role = HandlerRole(_spec(run_dir, "handler", handler="A"), cfg, plan, bus, clock)
+    role.start()
+    assert role.pump() == 0 and [b.count for b in bus.batches] == [0]  # the first beat at once
+    clock.advance_ms(50)
+    role.pump()
+    assert len(bus.batches) == 1  # within the beat interval: nothing sent
+    clock.advance_ms(60)
+    role.pump()
+    assert [(b.venue, b.handler, b.count) for b in bus.batches[1:]] == [(plan.venue, "A", 0)]
+    assert role.beats == 2 and role.next_beat_ns == clock.now_ns() + BEAT_NS
+    role.handler.stop()
+    clock.advance_ms(500)
+    role.pump()
+    assert role.beats == 2  # a stopped handler does not beat: its silence is the signal

@@ -39,6 +39,8 @@ class Inbox:
         self.sinks: list[TickSink] = []
         self.sink_errors = 0
         self.refused: dict[str, int] = {}  # reason -> buffers refused whole
+        # told (venue, handler) of every batch read, header-only beats too: feed liveness
+        self.on_heard: Callable[[str, str], None] | None = None
 
     def receive(self, data: bytes, where: str) -> Received:
         """Read ``data`` as a batch, gate it, deliver it; ``where`` names the door in refusals
@@ -53,6 +55,8 @@ class Inbox:
                 self.gate.refuse_batch(exc.reason, where, str(exc))
             return Received(0, malformed=True)
         read = batch.count
+        if self.on_heard is not None:
+            self.on_heard(batch.venue, batch.handler)
         if self.gate is not None:
             batch = self.gate.gate_batch(batch, where)
         if batch.count:

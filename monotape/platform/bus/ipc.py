@@ -76,8 +76,6 @@ class IpcTickBus:
     def publish(self, batch: TickBatch) -> None:
         """Send the batch's buffer now, split under the message size; a batch that cannot go
         is dropped and counted (``counters.dropped_*`` by reason). Never blocks, never raises."""
-        if not batch.count:
-            return
         try:
             parts = split(batch, self.max_message_bytes)
         except ValueError:  # a message size that holds no tick: nothing of it could ever go
@@ -85,6 +83,11 @@ class IpcTickBus:
             return
         for part in parts:
             self._sender.send(part.buffer, part.count)
+
+    def on_heard(self, heard: Callable[[str, str], None]) -> None:
+        """``heard(venue, handler)`` for every batch read, header-only beats included (the
+        receiving end's feed liveness, core/feed_liveness.py)."""
+        self._inbox.on_heard = heard
 
     def subscribe(self, sink: TickSink) -> None:
         self._inbox.sinks.append(sink)

@@ -20,7 +20,7 @@ import asyncio
 import contextlib
 import time
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import nats
@@ -140,8 +140,6 @@ class NatsTickBus:
     def publish(self, batch: TickBatch) -> None:
         """Queue the batch's buffer, return. Never blocks, never raises for a full queue: an
         overflowing or closed bus drops the batch and counts it."""
-        if not batch.count:
-            return
         outbox = self._outbox
         for subject, group in self._groups(batch):
             if self._closed or len(outbox) >= self.max_pending_batches:
@@ -152,6 +150,11 @@ class NatsTickBus:
             self.published_batches += 1
             self.published_ticks += group.count
         self._wake.set()
+
+    def on_heard(self, heard: Callable[[str, str], None]) -> None:
+        """``heard(venue, handler)`` for every batch read, header-only beats included (the
+        receiving end's feed liveness, core/feed_liveness.py)."""
+        self._inbox.on_heard = heard
 
     def subscribe(self, sink: TickSink) -> None:
         """Register a sink. Before ``connect`` (the node's order) the NATS subscription is made

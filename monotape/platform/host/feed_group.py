@@ -74,7 +74,9 @@ class FeedGroup:
 
     def next_due_ns(self) -> int | None:
         heads = [d for r in self.roles if (d := r.handler.next_due_ns) is not None]
-        return min(heads) if heads else None
+        # a handler with nothing due still beats (HandlerRole.due), so the process wakes for it
+        beats = [r.next_beat_ns for r in self.roles if r.handler.up]
+        return min(heads + beats) if heads or beats else None
 
     def _head_arrived(self) -> None:
         """A handler's empty delay line got an update: arm for it if it is due before the

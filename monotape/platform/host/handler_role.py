@@ -26,16 +26,18 @@ from monotape.config import Config
 from monotape.log import log_event
 from monotape.platform.bus.link import LinkCounters
 from monotape.platform.bus.memory import TickBus
+from monotape.platform.core.feed_liveness import BEAT_NS
 from monotape.platform.feeds.epochs import FileEpochStore
 from monotape.platform.feeds.simulator import build_universe
 from monotape.platform.feeds.validate import TickGate
 from monotape.platform.host.spec import RoleSpec
 from monotape.platform.node.sources import HandlerPlan, build_handler
-from monotape.platform.wire.batch import BatchError, TickBatch, read_batch
+from monotape.platform.wire.batch import COLUMNS, BatchError, TickBatch, batch_of, read_batch
 
 __all__ = ["EPOCH_CHECK_NS", "HandlerRole", "feed_path", "first_of_venue", "process_gate"]
 
 EPOCH_CHECK_NS = 10_000_000  # a twin's bump is seen within 10 ms (the fence is 250 ms)
+_NO_TICKS: dict[str, list[int]] = {name: [] for name, _ in COLUMNS}
 
 
 def process_gate(cfg: Config, clock: Clock) -> TickGate:
@@ -97,6 +99,8 @@ class HandlerRole:
         self.bus = bus
         self.feed = LinkCounters(f"feed-{plan.key}")
         self.published = 0
+        self.beats = 0  # header-only batches sent while the venue had nothing due
+        self._beat_at = 0  # the last time this handler put anything on the bus (monotonic ns)
         # Called when an update lands in an empty delay line (the driver's timer may be for
         # later than this new head, or there may be none).
         self.on_head: Callable[[], None] | None = None
@@ -149,8 +153,24 @@ class HandlerRole:
             if self._epochs_changed():
                 self.handler.refresh_epochs()
         batches = self.handler.drain_batches(now)
+        if batches:
+            self._beat_at = now
+        elif self.handler.up and now - self._beat_at >= BEAT_NS:
+            # nothing due: a header-only batch says this handler is alive (a quiet venue is
+            # not a dead one; core/feed_liveness.py judges by these)
+            batches = [self._beat(now)]
         self.published += sum(b.count for b in batches)
         return batches
+
+    @property
+    def next_beat_ns(self) -> int:
+        """When this handler's next liveness beat is due, if nothing is published before."""
+        return self._beat_at + BEAT_NS
+
+    def _beat(self, now: int) -> TickBatch:
+        self._beat_at = now
+        self.beats += 1
+        return batch_of(self.plan.venue, self.plan.name, 0, 0, _NO_TICKS)
 
     def pump(self) -> int:
         """What is due goes on the bus."""

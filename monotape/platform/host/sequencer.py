@@ -43,6 +43,7 @@ from monotape.log import log_event
 from monotape.platform.bus.ipc_collector import LinkCollector
 from monotape.platform.bus.nats_bus import NatsTickBus
 from monotape.platform.bus.nats_collector import NatsBusCollector
+from monotape.platform.core.feed_liveness import FeedLiveness
 from monotape.platform.core.sequencer import Sequencer
 from monotape.platform.core.stamps import StageStamps
 from monotape.platform.feeds.validate import TickGate
@@ -69,6 +70,7 @@ from monotape.platform.node.rotation import HistogramRotation
 from monotape.platform.node.sources import universe_of
 from monotape.platform.ring.collector import RingProducerCollector
 from monotape.platform.ring.shm import ShmRing
+from monotape.platform.ring.venues import VenueBits
 from monotape.platform.server.looplag import LoopLagMonitor
 from monotape.platform.wire.batch import TickBatch
 
@@ -103,6 +105,10 @@ class SequencerRole:
         # sequencer's last published versions (framed, and priority since) after a restart.
         venue_of = {i.iid: i.venue for i in self.universe}
         self.seeded = seed(self.sequencer, self.ring, venue_of)
+        # which venues' handlers have all gone silent (their beats stopped): STALE at terminals
+        self.liveness = FeedLiveness(self.clock.now_ns())
+        self.venue_bits = VenueBits.of(i.venue for i in self.universe)
+        self.down_venues: frozenset[str] = frozenset()
         self.stamps = StageStamps(Recorders(start_ms=self.clock.wall_ns() // 1_000_000))
         self.decoded_ticks = 0  # ticks whose decode this process recorded
         self.framed_ticks = 0
@@ -133,6 +139,7 @@ class SequencerRole:
             self.cfg, self.spec.run_dir, self.name, self.universe, self.clock.now_ns, gate=self.gate
         )
         bus.subscribe(self.on_batch)
+        bus.on_heard(self.heard)
         if isinstance(bus, NatsTickBus):
             self.nats_bus = bus
             return NatsBusCollector(bus)
@@ -173,8 +180,30 @@ class SequencerRole:
         except Exception as exc:  # one batch; the next one is admitted as usual
             self.failures.record("sequence", exc, ticks=batch.count)
 
+    def heard(self, venue: str, handler: str) -> None:
+        """A batch (or a handler's beat) arrived from ``handler`` of ``venue``."""
+        self.liveness.seen(venue, handler, self.clock.now_ns())
+
+    def judge_venues(self, now: int) -> None:
+        """Say in the next FRAME entry which venues' handlers are all silent; log each change."""
+        down = self.liveness.down(now)
+        if down == self.down_venues:
+            return
+        for venue in sorted(down - self.down_venues):
+            log_event(
+                "venue_stale",
+                level="warning",
+                venue=venue,
+                silent_ms=self.liveness.limit_ns // 1_000_000,
+            )
+        for venue in sorted(self.down_venues - down):
+            log_event("venue_fresh", venue=venue)
+        self.down_venues = down
+        self.publisher.set_down_venues(self.venue_bits.mask(down))
+
     def frame(self, boundary: int) -> None:
         """One boundary: take the frame, encode it once, put its snapshots, publish it."""
+        self.judge_venues(self.clock.now_ns())
         frame = self.sequencer.take_frame(boundary)
         # the ages of the ticks it carries, for the writers' tick_to_write (taken before
         # framed() below hands them to this process's conflate and encode stages)
