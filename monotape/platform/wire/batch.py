@@ -16,7 +16,7 @@ from __future__ import annotations
 import enum
 import struct
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -90,25 +90,50 @@ class BatchError(ValueError):
         self.reason = reason
 
 
+_ScalarT = TypeVar("_ScalarT", bound=np.generic)
+
+
+class _Column(Generic[_ScalarT]):
+    """A column of a ``TickBatch``, viewed over its buffer the first time it is read: a batch
+    that crosses a hop reading four of its ten columns builds four views (a ``frombuffer`` is
+    ~0.5 us, and a handler drains a batch per venue every millisecond)."""
+
+    __slots__ = ("before", "dtype", "index")
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.dtype = np.dtype(COLUMNS[index][1])
+        self.before = sum(np.dtype(d).itemsize for _, d in COLUMNS[:index])
+
+    def __get__(self, batch: TickBatch, owner: type | None = None) -> npt.NDArray[_ScalarT]:
+        views = batch._views
+        view = views[self.index]
+        if view is None:
+            n = batch.count
+            view = views[self.index] = np.frombuffer(
+                batch.buffer, self.dtype, n, HEADER.size + self.before * n
+            )
+        return view
+
+
 class TickBatch:
     """One handler's ticks of one venue at one epoch, as columns over ``buffer``.
 
-    The arrays are read-only views into ``buffer`` (``read_batch``, ``batch_of``); ``buffer``
-    is what the bus carries. Columns as ``COLUMNS`` names them."""
+    The columns (as ``COLUMNS`` names them) are read-only views into ``buffer``, made when first
+    read; ``buffer`` is what the bus carries."""
 
-    __slots__ = ("ask", "batch_seq", "bid", "buffer", "epoch", "flags", "handler", "iid",
-                 "last", "recv_ts", "seq", "size", "update_id", "venue", "venue_ts")  # fmt: skip
+    __slots__ = ("_views", "batch_seq", "buffer", "count", "epoch", "handler", "venue")
 
-    seq: npt.NDArray[np.uint64]
-    update_id: npt.NDArray[np.uint64]
-    bid: I64
-    ask: I64
-    last: I64
-    size: npt.NDArray[np.uint64]
-    venue_ts: I64
-    recv_ts: I64
-    iid: npt.NDArray[np.uint16]
-    flags: npt.NDArray[np.uint8]
+    seq = _Column[np.uint64](0)
+    update_id = _Column[np.uint64](1)
+    bid = _Column[np.int64](2)
+    ask = _Column[np.int64](3)
+    last = _Column[np.int64](4)
+    size = _Column[np.uint64](5)
+    venue_ts = _Column[np.int64](6)
+    recv_ts = _Column[np.int64](7)
+    iid = _Column[np.uint16](8)
+    flags = _Column[np.uint8](9)
 
     def __init__(
         self, buffer: bytes, venue: str, handler: str, epoch: int, batch_seq: int, n: int
@@ -118,21 +143,14 @@ class TickBatch:
         self.handler = handler
         self.epoch = epoch
         self.batch_seq = batch_seq
-        offset = HEADER.size
-        for name, dtype in COLUMNS:
-            dt = np.dtype(dtype)
-            setattr(self, name, np.frombuffer(buffer, dt, n, offset))
-            offset += dt.itemsize * n
+        self.count = n
+        self._views: list[np.ndarray[Any, Any] | None] = [None] * len(COLUMNS)
 
     def __repr__(self) -> str:
         return (
             f"TickBatch(venue={self.venue!r}, handler={self.handler!r}, epoch={self.epoch}, "
             f"batch_seq={self.batch_seq}, ticks={self.count})"
         )
-
-    @property
-    def count(self) -> int:
-        return len(self.iid)
 
     def ticks(self, index: npt.ArrayLike | None = None) -> list[Tick]:
         """The batch's ticks (or those at ``index``) as ``Tick`` objects: for the few places
