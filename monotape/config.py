@@ -233,7 +233,10 @@ class HostConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
     # At most 16: the frame ring's reader slots.
     writers: Annotated[int, Meta(ge=0, le=16)] | Literal["auto"] = "auto"
-    stop_timeout_s: Annotated[float, Meta(gt=0)] = 10.0  # ordered stop; then SIGKILL the rest
+    # The ordered stop, then SIGKILL the rest. The writers stop first and drain (2% every
+    # 250 ms: 12.25 s for all), the three stages after them are owed 2 s each: 24 s lets a
+    # full drain finish (systemd's TimeoutStopSec in deploy/ is 45).
+    stop_timeout_s: Annotated[float, Meta(gt=0)] = 24.0
     start_timeout_s: Annotated[float, Meta(gt=0)] = 30.0  # a stage not ready by then: go on
     restart_cap_s: Annotated[float, Meta(gt=0)] = 5.0  # crash-loop backoff's longest wait
     scrape_timeout_s: Annotated[float, Meta(gt=0)] = 2.0  # one role's /metrics, from the host
@@ -241,6 +244,21 @@ class HostConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     # rest 256 KiB slots; 64 MiB holds 203 slots, ~8 s of frames at 25/s. The chaos test makes
     # it small (24 MiB: 43 slots, ~1.7 s) so that a writer stopped for 3 s is lapped.
     ring_mib: Annotated[int, Meta(ge=16, le=4096)] = 64
+    # Liveness (docs/processes.md, Liveness): a role whose beat (every 50 ms, from its event
+    # loop) stops for longer than its limit is SIGKILLed and started again (reason "hung"); 0
+    # turns it off for that role. During a garbage collection or a write to a slow disk a role
+    # holds its beat and is judged by beat_held_limit_ms instead; before its first beat, by
+    # start_timeout_s. The sequencer's limit is the budget of a stall terminals may see before
+    # it is replaced (issue 40: <= 300 ms); the others are their worst measured silence under
+    # load with a margin (docs/processes.md says how they were chosen).
+    sequencer_beat_limit_ms: Annotated[int, Meta(ge=0)] = 300
+    writer_beat_limit_ms: Annotated[int, Meta(ge=0)] = 1_500
+    handler_beat_limit_ms: Annotated[int, Meta(ge=0)] = 1_000
+    venue_beat_limit_ms: Annotated[int, Meta(ge=0)] = 2_000
+    beat_held_limit_ms: Annotated[int, Meta(ge=0)] = 10_000
+    # A second sequencer process kept imported and idle: a restart attaches it to the ring at
+    # once instead of starting Python from nothing (docs/processes.md, Warm start).
+    sequencer_standby: bool = True
     # Where run dirs go (sockets, port files, config.json): short, since a Unix socket path
     # has at most 107 bytes. "": the system's temporary directory.
     run_base: str = ""

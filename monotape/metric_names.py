@@ -58,6 +58,7 @@ __all__ = [
     "OUTBOX_FRAMES",
     "OUTBOX_FRAMES_MAX",
     "PRIORITY_UPDATES_SENT",
+    "PROCESS_BEAT_SILENCE_MAX",
     "PROCESS_MAX_FDS",
     "PROCESS_OPEN_FDS",
     "PROCESS_RESTARTS",
@@ -200,7 +201,11 @@ RING_SNAPSHOTS_BUSY = "monotape_ring_snapshots_busy_total"
 # The multi-process host (platform/host, docs/processes.md), about each role process it runs:
 # {role,process} (process: "writer-0"). Every role's own samples carry process="<name>" too.
 PROCESS_UP = "monotape_process_up"  # 1 while running
-PROCESS_RESTARTS = "monotape_process_restarts_total"  # {role,process,reason}: exit_1, SIGKILL...
+# {role,process,reason}: exit_1, SIGKILL..., hung (its liveness beat stopped: docs/processes.md)
+PROCESS_RESTARTS = "monotape_process_restarts_total"
+# {role,process}: the longest the host saw a role go without a beat (outside a hold: a GC or a
+# disk wait) since the host started: what each role's liveness limit is chosen against
+PROCESS_BEAT_SILENCE_MAX = "monotape_process_beat_silence_max_seconds"
 # {process}: a role that did not answer the host's scrape (left out of that /metrics)
 PROCESS_SCRAPE_FAILURES = "monotape_process_scrape_failures_total"
 # prometheus_client's ProcessCollector (no monotape_ prefix: the standard process metrics)

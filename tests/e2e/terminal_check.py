@@ -56,7 +56,9 @@ class Terminal:
         self.name = name
         self.prices = prices if prices is not None else Prices()
         self.frames: list[int] = []
-        self.log: list[tuple[str, int]] = []  # ("hello" | "frame" | "snapshot", frame_no)
+        # ("hello" | "frame" | "snapshot", frame_no) or ("close", reconnect_after_ms)
+        self.log: list[tuple[str, int]] = []
+        self.closes: list[codec.Close] = []  # the wire's CLOSE messages (their hints)
         self.times: list[float] = []  # time.monotonic() of each log entry
         self.servers: list[str] = []  # the hello's server_id of every connection, in order
         self.held: dict[int, Version] = {}
@@ -96,6 +98,9 @@ class Terminal:
                     self._hold(r.iid, v, quote, now)
                     self._from_snapshot.add(r.iid)
                     self.resyncing.discard(r.iid)
+        elif isinstance(msg, codec.Close):
+            self._log("close", msg.reconnect_after_ms, now)
+            self.closes.append(msg)
         elif isinstance(msg, codec.Frame):
             self._log("frame", msg.frame_no, now)
             self.frames.append(msg.frame_no)
@@ -158,6 +163,16 @@ class Terminal:
     def since(self, t0: float, kind: str) -> list[int]:
         """Frame numbers of the ``kind`` entries that came at or after ``t0`` (monotonic)."""
         return [n for (k, n), t in zip(self.log, self.times, strict=True) if k == kind and t >= t0]
+
+    def first(self, kind: str, after: float) -> float | None:
+        """When the first ``kind`` entry at or after ``after`` (monotonic) came, or None."""
+        return next((t for (k, _), t in zip(self.log, self.times, strict=True)
+                     if k == kind and t >= after), None)  # fmt: skip
+
+    def last(self, kind: str, before: float) -> float | None:
+        """When the last ``kind`` entry before ``before`` (monotonic) came, or None."""
+        return next((t for (k, _), t in zip(reversed(self.log), reversed(self.times), strict=True)
+                     if k == kind and t < before), None)  # fmt: skip
 
     def between(self, t0: float, t1: float, kind: str = "frame") -> list[int]:
         return [

@@ -201,7 +201,7 @@ def test_a_role_killed_with_sigkill_comes_back_and_its_reason_is_counted(
 
     assert host.stop(signal.SIGTERM) == 0
     stages = [e["stage"] for e in host.events("stage_stopped")]
-    assert stages == ["venue", "handler", "writer", "sequencer"]
+    assert stages == ["writer", "venue", "handler", "sequencer"]  # the writers drain first
     assert all(gone(r["pid"]) for r in after.values())
     assert leftovers(host.pid, host.run_base) == []
 
@@ -229,16 +229,46 @@ def test_a_role_in_a_crash_loop_is_restarted_each_time_and_logged_each_time(
     assert host.stop() == 0
 
 
+def test_a_role_whose_event_loop_hangs_is_killed_as_hung_and_started_again(
+    hosts: Callable[..., FakeHost],
+) -> None:
+    """Liveness (issue 40): the fake writer blocks its loop half a second after each start; its
+    beat stops, and past its limit (1.5 s) the host SIGKILLs it, says so once per hang and
+    counts it as ``hung``, not as the SIGKILL it sent."""
+    host = hosts(writers=2, FAKE_ROLE_HANG="writer-1")
+    before = host.rows()
+
+    def replaced() -> bool:
+        w = host.rows()["writer-1"]
+        return bool(w["last_reason"] == "hung" and w["restarts"] >= 1)
+
+    wait_for(replaced, "writer-1 killed as hung and started again")
+    after = host.rows()
+    samples = scrape(host.admin_url, timeout_s=10)
+    hung = sum_samples(samples, m.PROCESS_RESTARTS, process="writer-1", reason="hung")
+    assert hung >= 1
+    assert sum_samples(samples, m.PROCESS_RESTARTS, process="writer-1", reason="SIGKILL") == 0
+    lines = host.events("role_hung")
+    assert {e["role"] for e in lines} == {"writer-1"} and len(lines) >= hung
+    assert all(e["silent_s"] > e["limit_s"] == 1.5 and e["beat_seen"] for e in lines)
+    for name in ("sequencer", "writer-0", "handler-A", "venue"):
+        assert after[name]["pid"] == before[name]["pid"], f"{name} was replaced too"
+    # the others beat: the worst silence the host saw of them is far below their limits
+    silence = sum_samples(samples, m.PROCESS_BEAT_SILENCE_MAX, process="writer-0")
+    assert 0 < silence < 1.5
+    assert host.stop(signal.SIGTERM) == 0
+
+
 def test_a_role_that_ignores_sigterm_is_killed_at_the_deadline(
     hosts: Callable[..., FakeHost],
 ) -> None:
-    # 8 s: every stage after the writers' is owed its full ROLE_STOP_S (2 s, the most a stage
-    # is reserved), so the sequencer's teardown does not race a share of a short deadline.
-    host = hosts(writers=2, stop_timeout_s=8.0, FAKE_ROLE_STUBBORN="writer-0")
+    # 12 s: the writers stop first and every stage after theirs is owed its full ROLE_STOP_S
+    # (2 s, the most a stage is reserved), so the writers' share is 6 s, told twice at 4 s.
+    host = hosts(writers=2, stop_timeout_s=12.0, FAKE_ROLE_STUBBORN="writer-0")
     pids = {n: r["pid"] for n, r in host.rows().items()}
     assert host.stop(signal.SIGTERM) == 0
     by_stage = {e["stage"]: e for e in host.events("stage_stopped")}
-    assert list(by_stage) == ["venue", "handler", "writer", "sequencer"]
+    assert list(by_stage) == ["writer", "venue", "handler", "sequencer"]
     assert by_stage["writer"]["told_twice"] == ["writer-0"]  # ignored that one too
     assert by_stage["writer"]["killed"] == ["writer-0"]
     assert by_stage["sequencer"]["killed"] == []
@@ -249,7 +279,7 @@ def test_a_role_that_ignores_sigterm_is_killed_at_the_deadline(
 def test_a_writer_still_draining_near_the_deadline_is_told_twice_not_killed(
     hosts: Callable[..., FakeHost],
 ) -> None:
-    host = hosts(writers=2, stop_timeout_s=8.0, FAKE_ROLE_DRAINING="writer-0")
+    host = hosts(writers=2, stop_timeout_s=12.0, FAKE_ROLE_DRAINING="writer-0")
     pids = {n: r["pid"] for n, r in host.rows().items()}
     assert host.stop(signal.SIGTERM) == 0
     by_stage = {e["stage"]: e for e in host.events("stage_stopped")}
@@ -268,7 +298,11 @@ def test_a_second_ctrl_c_kills_every_role_at_once(hosts: Callable[..., FakeHost]
     host.proc.send_signal(signal.SIGINT)
     wait_for(lambda: any("stopping (SIGINT)" in line for line in host.lines), "first Ctrl-C")
     first_seen = time.monotonic()
-    wait_for(lambda: host.events("stage_stopped"), "the venue's stage")  # stop under way
+
+    def writer_1_stopped() -> bool:  # the stop under way (writer-0's stage never ends)
+        return any(e.get("process") == "writer-1" for e in host.events("role_stopped"))
+
+    wait_for(writer_1_stopped, "writer-1 stopped")
     # a press of its own: one within PRESS_WINDOW_S of the first is its copy (GNU timeout's)
     time.sleep(max(0.0, first_seen + PRESS_WINDOW_S - time.monotonic()))
     host.proc.send_signal(signal.SIGINT)
@@ -285,7 +319,7 @@ def test_kill_9_of_the_host_leaves_no_role_and_the_next_host_sweeps_its_segments
 ) -> None:
     first = hosts(writers=2)
     pids = [r["pid"] for r in first.rows().values()]
-    assert len(leftovers(first.pid, first.run_base)) == 3  # ring, interest, run dir
+    assert len(leftovers(first.pid, first.run_base)) == 4  # ring, interest, beats, run dir
     first.proc.kill()
     first.proc.wait()  # reaped: its pid is dead for the sweep
     # every role dies with its host (PR_SET_PDEATHSIG, and the role's own parent check)

@@ -79,6 +79,9 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
         # a stopped role costs a route this much; generous: missing == [] is asserted with
         # both cores busy
         "MONOTAPE_HOST__SCRAPE_TIMEOUT_S": "10",
+        # a writer stopped to be a role that does not answer, not to be replaced as hung
+        # (liveness: test_host_liveness.py)
+        "MONOTAPE_HOST__WRITER_BEAT_LIMIT_MS": "0",
     }
     running = start_server(tmp / "data", "--writers", "2", "--rate", "4000", env=env)
     yield running

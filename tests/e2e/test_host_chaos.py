@@ -23,9 +23,10 @@ never after the blow in 1 and 3.
    gets every frame boundary its twins got, /metrics and /admin/latency merge every process.
 
 One host serves the module (each case waits for every role to run first and counts restarts
-as differences); its SIGTERM stop, checked when the module ends, goes stage by stage in reverse
-start order and leaves no role, segment or run dir. Counts and frame numbers are asserted, never
-rates or timings; deadlines are generous (both cores may be busy).
+as differences); its SIGTERM stop, checked when the module ends, goes stage by stage (the
+writers first, then reverse start order) and leaves no role, segment or run dir. Counts and
+frame numbers are asserted, never rates or timings; deadlines are generous (both cores may be
+busy).
 """
 
 from __future__ import annotations
@@ -104,12 +105,16 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
         "MONOTAPE_HOST__RUN_BASE": str(tmp),
         "MONOTAPE_HOST__SCRAPE_TIMEOUT_S": "10",
         "MONOTAPE_HOST__RING_MIB": str(RING_MIB),
+        # case 4 stops a writer for 3 s to be lapped, not to be replaced as hung (liveness is
+        # test_host_liveness.py's)
+        "MONOTAPE_HOST__WRITER_BEAT_LIMIT_MS": "0",
     }
     running = start_server(tmp / "data", "--writers", "2", "--rate", "8000", env=env)
     pids = [r["pid"] for r in rows(running).values()]
     host_pid = running.proc.pid
     yield running
-    # SIGTERM: every stage in reverse start order, within host.stop_timeout_s (10 s)
+    # SIGTERM: the writers first (they drain while the prices move), then the rest in reverse
+    # start order, within host.stop_timeout_s (10 s)
     code = running.stop(timeout=40, sig=signal.SIGTERM)
     assert code == 0, "".join(running.tail)
     stages = [
@@ -117,7 +122,7 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
         for line in running.tail
         if line.startswith("{") and '"event": "stage_stopped"' in line
     ]
-    assert stages == ["venue", "handler", "writer", "sequencer"], "".join(running.tail)
+    assert stages == ["writer", "venue", "handler", "sequencer"], "".join(running.tail)
     pids += [r["pid"] for r in rows_or_none(running)]
     deadline = time.monotonic() + 30
     while not all(gone(p) for p in pids):

@@ -7,7 +7,9 @@ with one ``role_stopped`` line; telemetry.py: its registry on a loopback port, t
 environment: ``FAKE_ROLE_CRASH=<name>`` exits with code 3 a moment after start (every time),
 ``FAKE_ROLE_STUBBORN=<name>`` ignores SIGTERM (the host must SIGKILL it at its deadline),
 ``FAKE_ROLE_DRAINING=<name>`` stops only on a second SIGTERM (a writer whose drain outlasts the
-host's budget: told twice, it skips the rest of it).
+host's budget: told twice, it skips the rest of it), ``FAKE_ROLE_HANG=<name>`` blocks its event
+loop a moment after start (its beat stops: the host must kill it as hung). It beats as a real
+role does (``lifeline.beating``) and, started as a standby, waits for its takeover first.
 """
 
 from __future__ import annotations
@@ -16,12 +18,19 @@ import asyncio
 import os
 import signal
 import sys
+import time
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from monotape import metric_names as m
 from monotape.log import log_event
-from monotape.platform.host.lifeline import die_with_host, stop_on_signals, watch_host
+from monotape.platform.host.lifeline import (
+    await_takeover,
+    beating,
+    die_with_host,
+    stop_on_signals,
+    watch_host,
+)
 from monotape.platform.host.spec import RoleSpec
 from monotape.platform.host.telemetry import serve_metrics
 
@@ -52,6 +61,10 @@ async def run(spec: RoleSpec) -> int:
     serve_metrics(registry, spec.run_dir, spec.name)
     log_event("role_started", process=spec.name, pid=os.getpid(), restarts=spec.restarts)
     watcher = asyncio.create_task(watch_host(spec.host_pid, stop, every_s=0.2))
+    if os.environ.get("FAKE_ROLE_HANG") == spec.name:
+        await asyncio.sleep(0.5)
+        log_event("fake_hang", process=spec.name)
+        time.sleep(3600)  # the loop stops turning: no beat, no signal handled
     if os.environ.get("FAKE_ROLE_CRASH") == spec.name:
         await asyncio.sleep(0.3)
         log_event("fake_crash", process=spec.name)
@@ -65,7 +78,9 @@ async def run(spec: RoleSpec) -> int:
 def main(argv: list[str]) -> int:
     die_with_host()
     spec = RoleSpec.decode(argv[1])
-    return asyncio.run(run(spec))
+    if spec.standby and not await_takeover(spec):
+        return 0
+    return asyncio.run(beating(spec, run(spec)))
 
 
 if __name__ == "__main__":

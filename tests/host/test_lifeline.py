@@ -120,3 +120,75 @@ def test_run_role_leaves_at_once_when_the_host_is_gone_and_contains_a_failure(
     assert got.stdout.split("\n")[:3] == ["7 1", "1 1", "1"]
     assert '"process": "venue"' in got.stderr and "role_failed" in got.stderr
     assert "host_gone" in got.stderr
+
+
+_STANDBY = """
+import asyncio, os, sys
+from pathlib import Path
+from monotape.config import Config
+from monotape.platform.host.lifeline import run_role
+from monotape.platform.host.spec import RoleSpec, write_config
+
+run_dir, beats = sys.argv[1], sys.argv[2]
+write_config(Config(data_dir=os.path.join(run_dir, "data")), Path(run_dir))
+spec = RoleSpec(role="sequencer", run_dir=run_dir, beats=beats, beat_slot=3, standby=True)
+warmed = []
+
+async def serve(cfg):
+    await asyncio.sleep(0.3)  # beats meanwhile, in the slot the takeover named
+    print("served", spec.name, spec.restarts, spec.beat_slot, spec.standby, warmed, flush=True)
+    return 5
+
+sys.exit(run_role(spec, "sequencer", serve, warm=lambda cfg: warmed.append(cfg.data_dir)))
+"""
+
+
+def _standby(tmp_path: Path, beats: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c", _STANDBY, str(tmp_path), beats],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_a_standby_warms_beats_once_and_runs_with_the_spec_its_takeover_gives(
+    tmp_path: Path,
+) -> None:
+    """The sequencer's warm standby (issue 40): imported, warmed and waiting; one beat in
+    its own slot says so; the takeover's spec (one JSON line on stdin) is the one it runs
+    with, beating in that spec's slot; a closed stdin instead is a quiet exit."""
+    import os
+    import time
+    import uuid
+
+    from monotape.platform.host.beats import BeatTable
+    from monotape.platform.host.spec import RoleSpec
+
+    table = BeatTable.create(f"monotape-{os.getpid()}-beats{uuid.uuid4().hex[:8]}", 8)
+    try:
+        child = _standby(tmp_path, table.name)
+        deadline = time.monotonic() + 60
+        while table.read(3).pid != child.pid:  # warm
+            assert time.monotonic() < deadline and child.poll() is None
+            time.sleep(0.02)
+        assert table.read(5).pid == 0
+        given = RoleSpec(
+            role="sequencer",
+            name="sequencer",
+            run_dir=str(tmp_path),
+            beats=table.name,
+            beat_slot=5,
+            restarts=4,
+        )
+        out, err = child.communicate(given.encode() + "\n", timeout=60)
+        assert child.returncode == 5, err
+        assert out.split() == ["served", "sequencer", "4", "5", "False", f"['{tmp_path}/data']"]
+        assert table.read(5).pid == child.pid  # its beat, from its loop, in the new slot
+        idle = _standby(tmp_path, table.name)
+        out, err = idle.communicate("", timeout=60)  # the host let it go
+        assert idle.returncode == 0 and out == "", err
+    finally:
+        table.close()
+        table.unlink()

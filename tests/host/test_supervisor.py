@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from monotape.platform.host.supervisor import (
     START_ORDER,
+    STOP_ORDER,
     Backoff,
     ProcessTable,
     SlotState,
@@ -153,16 +154,18 @@ def test_a_stage_that_never_gets_ready_holds_the_next_only_until_the_start_wait(
     assert t.next_due_ns(0) == 30 * S
 
 
-def test_stop_runs_the_stages_in_reverse_and_nothing_starts_again() -> None:
+def test_stop_drains_the_writers_first_then_the_rest_in_reverse_and_nothing_starts_again() -> None:
     t = table()
     start_all(t)
     t.exited("writer-1", -signal.SIGKILL, S)  # in backoff when the stop comes
     stages = t.stop()
-    assert [role for role, _ in stages] == list(reversed(START_ORDER))
+    # the writers move their terminals while the sequencer and the feeds keep the prices going
+    assert [role for role, _ in stages] == list(STOP_ORDER)
+    assert list(STOP_ORDER[1:]) == [r for r in reversed(START_ORDER) if r != "writer"]
     assert stages == [
+        ("writer", ["writer-0"]),  # writer-1 is not running: nothing to stop, never restarted
         ("venue", ["venue"]),
         ("handler", ["handler-A", "handler-B"]),
-        ("writer", ["writer-0"]),  # writer-1 is not running: nothing to stop, never restarted
         ("sequencer", ["sequencer"]),
     ]
     assert t.slots["writer-1"].state is SlotState.STOPPED
@@ -174,6 +177,21 @@ def test_stop_runs_the_stages_in_reverse_and_nothing_starts_again() -> None:
             assert ex.restart_in_s is None  # exits during a stop are not restarts...
     assert sum(t.restart_counts.values()) == 1  # ...and not counted: only the crash before
     assert all(s.state is SlotState.STOPPED for s in t.slots.values())
+
+
+def test_a_role_killed_as_hung_exits_as_hung_once_and_is_restarted() -> None:
+    t = table()
+    start_all(t)
+    assert t.mark_hung("sequencer")
+    assert not t.mark_hung("sequencer")  # one kill, one count
+    ex = t.exited("sequencer", -signal.SIGKILL, S)
+    assert ex.reason == "hung" and ex.restart_in_s is not None
+    assert t.restart_counts[("sequencer", "sequencer", "hung")] == 1
+    t.started("sequencer", 7, 2 * S, 0)  # the next run is judged afresh
+    assert t.exited("sequencer", -signal.SIGKILL, 3 * S).reason == "SIGKILL"
+    t.stop()
+    t.stopping_now("writer-0")
+    assert not t.mark_hung("writer-0")  # told to stop already: its exit is the stop's
 
 
 def test_a_role_table_refuses_unknown_roles_and_duplicate_names() -> None:

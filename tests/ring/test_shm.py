@@ -25,7 +25,8 @@ from monotape.platform.ring import (
     segment_name,
     sweep_leftovers,
 )
-from monotape.platform.ring.segment import SHM_DIR
+from monotape.platform.ring.segment import SHM_DIR, W_PRODUCER
+from monotape.platform.ring.shm import ProducerFenced
 from tests.ring import procs
 from tests.ring.conftest import SMALL, unique_tag
 from tests.ring.frames import expected_frame
@@ -284,6 +285,30 @@ def test_a_restarted_producer_is_a_gap_and_numbering_continues() -> None:
         got = reader.poll()
         assert isinstance(got, RingFrame) and got.no == 2 and got.frame_no == 2
         ring = restarted
+    finally:
+        reader.close()
+        ring.close()
+
+
+def test_a_producer_another_process_took_over_is_fenced_and_never_writes_again() -> None:
+    """A sequencer stopped (SIGSTOP) and replaced resumes after SIGCONT: its next publish or
+    put must not reach the ring (issue 40), whatever it was doing when it was stopped."""
+    ring = ShmRing.create(SMALL, tag=unique_tag())
+    reader = ShmReader.attach(ring.name, 0)
+    try:
+        ring.publish(expected_frame(1))
+        assert isinstance(reader.poll(), RingFrame)
+        # what ShmRing.reopen in the successor's process does first: the producer word moves
+        ring._seg.words[W_PRODUCER] = os.getpid() + 1
+        head = ring.head
+        with pytest.raises(ProducerFenced, match="belongs to pid"):
+            ring.publish(expected_frame(2))
+        with pytest.raises(ProducerFenced):
+            ring.put_snapshot(3, (1, 5), b"three")
+        with pytest.raises(ProducerFenced):
+            ring.put_snapshots([(3, 1, 5, b"three")])
+        assert ring.head == head and reader.poll() is None
+        assert reader.snapshot(3) is None
     finally:
         reader.close()
         ring.close()

@@ -120,6 +120,14 @@ class HostCollector:
         for (role, name, reason), n in sorted(self._table.restart_counts.items()):
             restarts.add_metric([role, name, reason], float(n))
         yield restarts
+        silence = GaugeMetricFamily(
+            m.PROCESS_BEAT_SILENCE_MAX,
+            "The longest a role went without a liveness beat (outside a GC or a disk wait)",
+            labels=["role", "process"],
+        )
+        for s in self._table.slots.values():
+            silence.add_metric([s.role, s.name], s.beat_silence_max_s)
+        yield silence
         failed = CounterMetricFamily(
             m.counter_base(m.PROCESS_SCRAPE_FAILURES),
             "Scrapes of a role's metrics that failed (that role was left out of /metrics)",

@@ -10,7 +10,19 @@ start the roles stage by stage (``supervisor.START_ORDER``): each as
 reaches the host only, which stops the roles in order), with ``PR_SET_PDEATHSIG`` set before exec
 so a role dies with the host even if the host is killed with SIGKILL (the role checks too).
 
-Stop: SIGTERM to each stage in reverse start order, waiting for it until ``host.stop_timeout_s``
+Liveness (docs/processes.md): every role beats into the host's beats segment (host/beats.py)
+from its event loop; every ``BEAT_CHECK_S`` the host reads the beats, and a role silent past its
+limit is SIGKILLed, counted and logged as ``hung`` (once), and started again like any exit.
+
+Warm start: with ``host.sequencer_standby`` the host keeps a second sequencer process imported
+and idle (``lifeline.await_takeover``); when the sequencer exits (or is killed as hung) after it
+had been ready, the host waits for the old process's exit (so it can never write to the ring
+again), then hands the standby its spec on its stdin: it attaches to the ring and seeds from the
+snapshot table at once, skipping the interpreter's start, the imports and the restart backoff.
+A new standby is started once the promoted one is ready.
+
+Stop: SIGTERM to each stage in ``STOP_ORDER`` (the writers first: they drain their terminals
+with reconnect hints while the prices still move), waiting for it until ``host.stop_timeout_s``
 less what the stages after it are owed (``ROLE_STOP_S`` each); ``ROLE_STOP_S`` before that, a
 second SIGTERM to what is left of it (a writer still draining cuts its drain short and stops
 within ``ROLE_STOP_S``), then SIGKILL what is still left; one log line per stage. ``hurry()`` (a
@@ -34,7 +46,9 @@ import signal
 import socket
 import tempfile
 import time
+from collections.abc import Coroutine
 from pathlib import Path
+from typing import Any
 
 from msgspec.structs import replace
 from starlette.applications import Starlette
@@ -44,6 +58,7 @@ from monotape.log import log_event
 from monotape.platform.auth import TokenVerifier, build_verifier
 from monotape.platform.host.admin import Observer, build_host_admin_app
 from monotape.platform.host.aggregate import read_port
+from monotape.platform.host.beats import BeatTable, Hung, Liveness, cpu_wait_ns, disk_wait
 from monotape.platform.host.interest import PriorityInterest
 from monotape.platform.host.lifeline import ROLE_STOP_S
 from monotape.platform.host.processes import (
@@ -56,7 +71,7 @@ from monotape.platform.host.processes import (
     sweep_run_dirs,
 )
 from monotape.platform.host.spec import RoleSpec, write_config
-from monotape.platform.host.supervisor import Backoff, ProcessTable
+from monotape.platform.host.supervisor import Backoff, ProcessTable, SlotState
 from monotape.platform.host.telemetry import port_file, write_secret
 from monotape.platform.node.admin_server import AdminServer
 from monotape.platform.node.datadir_lock import DataDirLock, lock_data_dir
@@ -75,6 +90,8 @@ __all__ = ["Host"]
 
 HOST = "host"
 _TICK_S = 0.1  # how often the supervise loop looks for due starts and new port files
+BEAT_CHECK_S = 0.05  # how often the host reads the beats: a hang is seen within limit + 50 ms
+SEQUENCER = "sequencer"
 
 
 class Host:
@@ -118,7 +135,26 @@ class Host:
         self._stop = asyncio.Event()
         self._hurry = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
+        self._beat_task: asyncio.Task[None] | None = None
         self._preexec = lifeline(self.pid)
+        self.beats: BeatTable | None = None
+        # one beat slot per process, in plan order, and one more for the sequencer's standby
+        self._beat_slot = {name: i for i, name in enumerate(self.specs)}
+        self._standby_slot = len(self.specs)
+        self._standby: asyncio.subprocess.Process | None = None
+        self._standby_not_before_ns = 0
+        h = cfg.host
+        limits_ms = {
+            "sequencer": h.sequencer_beat_limit_ms,
+            "writer": h.writer_beat_limit_ms,
+            "handler": h.handler_beat_limit_ms,
+            "venue": h.venue_beat_limit_ms,
+        }
+        self.liveness = Liveness(
+            {s.name: limits_ms.get(s.role, 0) * 1_000_000 for s in self.specs.values()},
+            held_limit_ns=h.beat_held_limit_ms * 1_000_000,
+            start_limit_ns=int(h.start_timeout_s * 1e9),
+        )
 
     # -- start ---------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -155,6 +191,7 @@ class Host:
         self.ring = ShmRing.create(ring_config, node_pid=self.pid, tag="ring")
         writers = max(1, sum(1 for s in self.specs.values() if s.role == "writer"))
         self.interest = PriorityInterest.create(segment_name(self.pid, "interest"), writers)
+        self.beats = BeatTable.create(segment_name(self.pid, "beats"), len(self.specs) + 1)
         app = build_host_admin_app(
             self.observer, self.verifier, self.about, self.data_dir / "hdr", universe_of(self.cfg)
         )
@@ -174,6 +211,7 @@ class Host:
             processes=list(self.specs),
         )
         self._loop_task = asyncio.create_task(self._supervise(), name="host.supervise")
+        self._beat_task = asyncio.create_task(self._watch_beats(), name="host.beats")
 
     async def wait_ready(self, timeout_s: float) -> bool:
         """Until every role runs and published its metrics port (False at the timeout or a
@@ -216,6 +254,7 @@ class Host:
             "run_dir": str(self.run_dir),
             "ring": self.ring.name if self.ring else None,
             "interest": self.interest.name if self.interest else None,
+            "standby": self._standby.pid if self._standby is not None else None,
             "stopping": self.table.stopping,
         }
 
@@ -233,6 +272,7 @@ class Host:
                         log_event("role_ready", process=HOST, role=s.name, pid=s.pid)
                         if s.role == "writer":
                             self._keep_drained(s.name)
+                await self._keep_standby()
             except Exception as exc:  # the loop that restarts roles must not die of one
                 log_event("supervise_failed", level="error", process=HOST, error=repr(exc))
             self._changed.clear()
@@ -263,11 +303,17 @@ class Host:
             interest=self.interest.name if self.interest else "",
             host_pid=self.pid,
             restarts=self.table.slots[name].starts,
+            beats=self.beats.name if self.beats else "",
+            beat_slot=self._beat_slot.get(name, 0),
         )
 
     async def _spawn(self, name: str) -> None:
-        spec = self._spec(name)
         port_file(self.run_dir, name).unlink(missing_ok=True)  # ready means: written by this run
+        if name == SEQUENCER and self._promote():
+            return
+        spec = self._spec(name)
+        if self.beats is not None:
+            self.beats.reset(self._beat_slot[name])
         now = time.monotonic_ns()
         try:
             proc = await asyncio.create_subprocess_exec(
@@ -282,15 +328,158 @@ class Host:
             log_event("role_spawn_failed", level="error", process=HOST, role=name,
                       error=repr(exc), restart_in_s=ex.restart_in_s)  # fmt: skip
             return
+        self._started(name, proc, now)
+
+    def _started(
+        self, name: str, proc: asyncio.subprocess.Process, now: int, **fields: Any
+    ) -> None:
         slot = self.table.started(name, proc.pid, now, time.time_ns() // 1_000_000)
         self._procs[name] = proc
-        log_event("role_started", process=HOST, role=name, pid=proc.pid, restarts=slot.restarts)
-        task = asyncio.create_task(self._watch(name, proc), name=f"host.watch.{name}")
+        log_event("role_started", process=HOST, role=name, pid=proc.pid, restarts=slot.restarts,
+                  **fields)  # fmt: skip
+        self._track(self._watch(name, proc), f"host.watch.{name}")
+
+    def _track(self, coro: Coroutine[Any, Any, None], name: str) -> None:
+        task = asyncio.create_task(coro, name=name)
         self._watchers.add(task)
         task.add_done_callback(self._watchers.discard)
 
+    # -- the sequencer's warm standby ----------------------------------------------------------
+    def _standby_warm(self) -> bool:
+        """The standby runs and finished its imports (it beats once in its slot then)."""
+        proc = self._standby
+        if proc is None or proc.returncode is not None or self.beats is None:
+            return False
+        return self.beats.read(self._standby_slot).pid == proc.pid
+
+    def _promote(self) -> bool:
+        """Hand the warm standby the sequencer's spec (module docstring); False when there is
+        none warm (a cold start then)."""
+        proc = self._standby
+        if proc is None or proc.stdin is None or not self._standby_warm() or self.beats is None:
+            return False
+        self._standby = None
+        self.beats.reset(self._beat_slot[SEQUENCER])
+        spec = self._spec(SEQUENCER)
+        try:
+            proc.stdin.write((spec.encode() + "\n").encode())
+            proc.stdin.close()
+        except (OSError, RuntimeError) as exc:  # it died just now: start cold
+            log_event("standby_lost", level="warning", process=HOST, error=repr(exc))
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            return False
+        self._started(SEQUENCER, proc, time.monotonic_ns(), standby=True)
+        return True
+
+    async def _keep_standby(self) -> None:
+        """Start a standby once the sequencer is ready and none is there (never while
+        stopping, and not sooner than ``restart_cap_s`` after a standby that died idle)."""
+        seq = self.table.slots.get(SEQUENCER)
+        if (
+            not self.cfg.host.sequencer_standby
+            or self._standby is not None
+            or self.table.stopping
+            or seq is None
+            or not (seq.state is SlotState.RUNNING and seq.ready)
+            or time.monotonic_ns() < self._standby_not_before_ns
+            or self.beats is None
+        ):
+            return
+        spec = replace(
+            self._spec(SEQUENCER), standby=True, beat_slot=self._standby_slot, restarts=0
+        )
+        self.beats.reset(self._standby_slot)
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *self.command(spec),
+                stdin=asyncio.subprocess.PIPE,
+                start_new_session=True,
+                preexec_fn=self._preexec,
+            )
+        except OSError as exc:
+            self._standby_pause()
+            log_event("standby_spawn_failed", level="error", process=HOST, error=repr(exc))
+            return
+        self._standby = proc
+        log_event("standby_started", process=HOST, role=SEQUENCER, pid=proc.pid)
+        self._track(self._watch_standby(proc), "host.watch.standby")
+
+    async def _watch_standby(self, proc: asyncio.subprocess.Process) -> None:
+        code = await proc.wait()
+        if self._standby is not proc:
+            return  # promoted (its exit is the sequencer's now) or let go at the stop
+        self._standby = None
+        if not self.table.stopping:
+            self._standby_pause()
+            log_event("standby_exited", level="warning", process=HOST, pid=proc.pid, code=code)
+
+    def _standby_pause(self) -> None:
+        """A standby that could not start or died idle: the next one waits the backoff's cap
+        (a broken install must not fork a Python every 100 ms)."""
+        self._standby_not_before_ns = time.monotonic_ns() + int(self.cfg.host.restart_cap_s * 1e9)
+
+    async def _stop_standby(self) -> None:
+        proc, self._standby = self._standby, None
+        if proc is None:
+            return
+        if proc.stdin is not None:
+            proc.stdin.close()  # EOF: it leaves without a word (await_takeover)
+        with contextlib.suppress(ProcessLookupError):
+            proc.terminate()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(proc.wait(), ROLE_STOP_S)
+        if proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await proc.wait()
+
+    # -- liveness ------------------------------------------------------------------------------
+    async def _watch_beats(self) -> None:
+        every_ns = int(BEAT_CHECK_S * 1e9)
+        while not self._stop.is_set():
+            await asyncio.sleep(BEAT_CHECK_S)
+            beats = self.beats
+            if beats is None or self.table.stopping:
+                continue
+            try:
+                running = {
+                    s.name: (s.pid, s.started_ns, beats.read(self._beat_slot[s.name]))
+                    for s in self.table.running()
+                    if s.state is SlotState.RUNNING and s.name in self._beat_slot
+                }
+                now = time.monotonic_ns()
+                for hung in self.liveness.check(now, every_ns, running, disk_wait, cpu_wait_ns):
+                    self._kill_hung(hung)
+                for name, worst in self.liveness.worst_ns.items():
+                    self.table.slots[name].beat_silence_max_s = worst / 1e9
+            except Exception as exc:  # the loop that replaces hung roles must not die of one
+                log_event("beats_failed", level="error", process=HOST, error=repr(exc))
+
+    def _kill_hung(self, hung: Hung) -> None:
+        """SIGKILL a role whose beat stopped: its exit is counted as ``hung`` and it is started
+        again as any exit is (the sequencer: its standby, once the old process is gone)."""
+        proc = self._procs.get(hung.name)
+        if proc is None or proc.pid != hung.pid or not self.table.mark_hung(hung.name):
+            return
+        log_event(
+            "role_hung",
+            level="error",
+            process=HOST,
+            role=hung.name,
+            pid=hung.pid,
+            silent_s=round(hung.silent_s, 3),
+            limit_s=hung.limit_s,
+            held=hung.held,
+            beat_seen=hung.started,
+            action="SIGKILL",
+        )
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+
     async def _watch(self, name: str, proc: asyncio.subprocess.Process) -> None:
         code = await proc.wait()
+        was_ready = self.table.slots[name].ready
         ex = self.table.exited(name, code, time.monotonic_ns())
         if self._procs.get(name) is proc:
             del self._procs[name]
@@ -318,6 +507,11 @@ class Host:
                 restart_in_s=round(ex.restart_in_s, 3),
                 crashes_in_a_row=ex.failures,
             )
+            # A sequencer that had been ready: its standby takes over now, the backoff is for
+            # one that dies starting (a crash loop then waits its steps, standby or not).
+            if name == SEQUENCER and was_ready and self._standby_warm():
+                port_file(self.run_dir, name).unlink(missing_ok=True)
+                self._promote()
         self._changed.set()
 
     # -- stop ----------------------------------------------------------------------------------
@@ -332,7 +526,8 @@ class Host:
         self._hurry.set()
         self._stop.set()
         self.table.stopping = True  # these exits are the stop's, not crashes to restart
-        for proc in list(self._procs.values()):
+        standby = [self._standby] if self._standby is not None else []
+        for proc in [*self._procs.values(), *standby]:
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
 
@@ -357,6 +552,11 @@ class Host:
         if self._loop_task is not None:
             await self._loop_task  # first: no start can slip in after the stages are known
         stages = self.table.stop()
+        if self._beat_task is not None:
+            self._beat_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._beat_task
+        await self._stop_standby()  # idle: nothing to drain
         t0 = time.monotonic()
         deadline = t0 + self.cfg.host.stop_timeout_s
         reserve = min(ROLE_STOP_S, self.cfg.host.stop_timeout_s / max(1, len(stages)))
@@ -409,6 +609,9 @@ class Host:
         if self.interest is not None:
             self.interest.close()
             self.interest.unlink()
+        if self.beats is not None:
+            self.beats.close()
+            self.beats.unlink()
         if self._port_lock is not None:
             self._port_lock.close()
         if self.verifier is not None:

@@ -317,4 +317,5 @@ async def _unless_stopped(step: Coroutine[Any, Any, None], stop: asyncio.Event) 
 
 
 def main(spec: RoleSpec) -> int:
-    return run_role(spec, "sequencer", lambda cfg: SequencerRole(spec, cfg).run())
+    # a standby builds the universe before its takeover (lifeline.stand_by)
+    return run_role(spec, "sequencer", lambda cfg: SequencerRole(spec, cfg).run(), warm=universe_of)

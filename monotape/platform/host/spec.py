@@ -31,6 +31,11 @@ class RoleSpec(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     restarts: int = 0  # how many times the host restarted this role before (0: first start)
     venue: str = ""  # handler role: its one venue; empty (as the host plans it): every venue
     handler: str = ""  # handler role: which of each venue's two handlers, "A" or "B"
+    beats: str = ""  # the liveness segment's name (host/beats.py); empty: no beat
+    beat_slot: int = 0  # this process's slot in it
+    # A warm standby (the sequencer's): imports, then waits for the spec it runs with on its
+    # stdin (one JSON line, the host's takeover) before it touches the ring (lifeline.py).
+    standby: bool = False
 
     def encode(self) -> str:
         return msgspec.json.encode(self).decode()

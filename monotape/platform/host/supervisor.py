@@ -6,13 +6,17 @@ processes, no clock, no randomness of its own (the driver, host.py, passes ``now
 Start order (docs/processes.md): the sequencer first (the writers read what it publishes, the
 handlers send to it), then the writers, then the feed handlers, then the venue; each stage starts
 once every role of the stages before it is ready (its metrics port file is written) or
-``start_wait_ns`` has passed. Stop order: the reverse, stage by stage.
+``start_wait_ns`` has passed. Stop order (``STOP_ORDER``): the writers first, while the
+sequencer and the feeds keep the prices moving (their drain moves terminals elsewhere with
+reconnect hints: a screen's prices never stop before its CLOSE), then the venue, the handlers
+and the sequencer.
 
 Restarts: exponential backoff with jitter, capped (``Backoff``: 0.1 s doubling to 5 s, each delay
 drawn from the upper half of its step, so a crash loop of several roles does not restart them
 in lockstep, and a restart never comes sooner than half the step). A role that stayed up for
 ``stable_ns`` starts its count again from the first step. Every exit is counted by its reason
-(``exit_<code>`` or the signal's name, ``SIGKILL``) and never gives up: a role that keeps
+(``exit_<code>`` or the signal's name, ``SIGKILL``; ``hung`` for one the host killed because
+its beat stopped: ``mark_hung``) and never gives up: a role that keeps
 crashing keeps coming back every ``cap_s`` at most, and says so in the log each time.
 """
 
@@ -26,6 +30,7 @@ from dataclasses import dataclass, field
 
 __all__ = [
     "START_ORDER",
+    "STOP_ORDER",
     "Backoff",
     "Exit",
     "ProcessTable",
@@ -35,6 +40,8 @@ __all__ = [
 ]
 
 START_ORDER = ("sequencer", "writer", "handler", "venue")
+STOP_ORDER = ("writer", "venue", "handler", "sequencer")
+HUNG = "hung"
 _NS = 1_000_000_000
 
 
@@ -87,6 +94,8 @@ class Slot:
     failures: int = 0  # exits in a row without a stable run between them
     last_reason: str = ""
     restart_at_ns: int = 0
+    hung: bool = False  # the host killed this run for a beat that stopped (its exit: "hung")
+    beat_silence_max_s: float = 0.0  # the worst beat silence the host saw of this role
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,7 +167,7 @@ class ProcessTable:
         if s.starts:
             s.restarts += 1
         s.starts += 1
-        s.state, s.pid, s.ready = SlotState.RUNNING, pid, False
+        s.state, s.pid, s.ready, s.hung = SlotState.RUNNING, pid, False, False
         s.started_ns, s.up_since_ms = now_ns, wall_ms
         self._stage_opened_ns.setdefault(s.stage, now_ns)
         return s
@@ -168,10 +177,19 @@ class ProcessTable:
         if s.state is SlotState.RUNNING:
             s.ready = True
 
+    def mark_hung(self, name: str) -> bool:
+        """The host is killing ``name`` for a stopped beat: its exit counts as ``hung``. False
+        when it is not running (stopping already, or gone): nothing to kill."""
+        s = self.slots[name]
+        if s.state is not SlotState.RUNNING or s.hung:
+            return False
+        s.hung = True
+        return True
+
     def exited(self, name: str, returncode: int, now_ns: int) -> Exit:
         """A role process ended: counted by reason, and (unless stopping) scheduled again."""
         s = self.slots[name]
-        reason = exit_reason(returncode)
+        reason = HUNG if s.hung else exit_reason(returncode)
         uptime_ns = now_ns - s.started_ns
         s.pid, s.ready, s.last_reason = 0, False, reason
         if self.stopping or s.state is SlotState.STOPPING:
@@ -187,11 +205,12 @@ class ProcessTable:
 
     # -- stopping ------------------------------------------------------------------------------
     def stop(self) -> list[tuple[str, list[str]]]:
-        """From now on nothing starts; the stages to stop, in reverse start order, each as
+        """From now on nothing starts; the stages to stop, in ``STOP_ORDER``, each as
         (role, names of its processes still running), empty stages left out."""
         self.stopping = True
         stages: list[tuple[str, list[str]]] = []
-        for stage in reversed(range(len(START_ORDER))):
+        for role in STOP_ORDER:
+            stage = START_ORDER.index(role)
             names = []
             for s in self.slots.values():
                 if s.stage != stage:
@@ -201,7 +220,7 @@ class ProcessTable:
                 elif s.state in (SlotState.WAITING, SlotState.BACKOFF):
                     s.state = SlotState.STOPPED  # never (re)started: nothing to stop
             if names:
-                stages.append((START_ORDER[stage], names))
+                stages.append((role, names))
         return stages
 
     def stopping_now(self, name: str) -> None:

@@ -31,6 +31,7 @@ __all__ = [
     "W_PRODUCER",
     "W_READERS",
     "Segment",
+    "map_segment",
     "pid_alive",
     "segment_name",
     "sweep_leftovers",
@@ -74,7 +75,9 @@ def sweep_leftovers(directory: Path = SHM_DIR) -> list[str]:
     return removed
 
 
-def _map(path: Path, size: int | None) -> mmap.mmap:
+def map_segment(path: Path, size: int | None) -> mmap.mmap:
+    """A shared mapping of ``path``: a new file of ``size`` bytes (reserved now, exclusive
+    create; removed again if that fails), or (``size`` None) the existing one, whole."""
     create = size is not None
     flags = os.O_RDWR | os.O_CLOEXEC | (os.O_CREAT | os.O_EXCL if create else 0)
     fd = os.open(path, flags, 0o600)
@@ -123,7 +126,7 @@ class Segment:
     @classmethod
     def create(cls, path: Path, g: Geometry) -> Segment:
         """A new segment (FileExistsError if the name is taken), header written magic last."""
-        seg = cls(path, _map(path, g.total_bytes), g)
+        seg = cls(path, map_segment(path, g.total_bytes), g)
         w = seg.words
         for i, v in (
             (W_VERSION, LAYOUT_VERSION),
@@ -143,7 +146,7 @@ class Segment:
     @classmethod
     def open(cls, path: Path) -> Segment:
         """An existing segment, its header checked against its size."""
-        mm = _map(path, None)
+        mm = map_segment(path, None)
         words = memoryview(mm).cast("Q")
         try:
             g = _geometry_of(words, len(mm), path)

@@ -18,6 +18,12 @@ copy, so it reads again. The other slot may change meanwhile; that is harmless, 
 chosen slot's record is returned, and it was whole when the word was even both times.
 
 The snapshot table's slots (two per iid, tagged with their frame's entry) are ``table``'s.
+
+Fence: the header's producer word names the one process that may write (``reopen`` sets it); a
+producer checks it before every publish and put and raises ``ProducerFenced`` once another
+process took the ring over, so a sequencer that was stopped (SIGSTOP) and replaced never writes
+again when it resumes. The host also kills a replaced sequencer and waits for its exit before
+the next one attaches; the check covers a producer resumed between those two steps.
 """
 
 from __future__ import annotations
@@ -63,7 +69,7 @@ from monotape.platform.ring.segment import (
     segment_name,
 )
 
-__all__ = ["ShmReader", "ShmRing"]
+__all__ = ["ProducerFenced", "ShmReader", "ShmRing"]
 
 _SNAPSHOT_SPINS = 64  # a put copies < 100 bytes: a reader racing it retries, then yields
 # ... then waits this long for a put the producer was preempted in the middle of (a busy box
@@ -75,11 +81,16 @@ _SNAPSHOT_WAIT_S = 0.1
 _SNAPSHOT_NAP_S = 0.0002
 
 
+class ProducerFenced(RuntimeError):
+    """Another process took the ring over (its producer word): this one must not write."""
+
+
 class ShmRing:
     """The producer: creates the segment, publishes, owns unlink."""
 
     def __init__(self, segment: Segment) -> None:
         self._seg = segment
+        self._pid = int(segment.words[W_PRODUCER])
         self._bells = SocketBells(segment.name, segment.geometry.max_readers)
         self._counters = ProducerCounters()
 
@@ -132,11 +143,17 @@ class ShmRing:
     def head(self) -> int:
         return int(self._seg.words[W_HEAD])
 
+    def _fence(self) -> None:
+        owner = int(self._seg.words[W_PRODUCER])
+        if owner != self._pid:
+            raise ProducerFenced(f"ring {self.name} belongs to pid {owner} now, not {self._pid}")
+
     def publish(self, entry: Entry) -> PublishOutcome:
         seg = self._seg
         g = seg.geometry
         data, outcome = fit_entry(entry, g.max_entry, self._counters)
         w = seg.words
+        self._fence()
         no = w[W_HEAD] + 1
         off = g.slot_offset(no)
         k = off >> 3
@@ -159,6 +176,7 @@ class ShmRing:
         if not (0 <= epoch < 1 << 64 and 0 <= seq < 1 << 64):
             raise ValueError(f"version {version} is not two u64")
         too_large = len(chunk) > g.max_chunk
+        self._fence()
         # tagged with the entry the frame that carries it will be
         tag = self._seg.words[W_HEAD] + 1
         snapshot_table.put(self._seg, iid, tag, (epoch, seq), None if too_large else chunk)
@@ -169,6 +187,7 @@ class ShmRing:
 
     def put_snapshots(self, puts: Sequence[Put]) -> int:
         # one call for the frame (table.put_many: native when built), tagged as put_snapshot's
+        self._fence()
         refused = snapshot_table.put_many(self._seg, self._seg.words[W_HEAD] + 1, puts)
         self._counters.snapshots_refused += refused
         return refused
