@@ -116,6 +116,8 @@ def test_optional_fields_default(tmp_path: Path) -> None:
         (line(ask="189.535"), "ask"),
         (line(symbol="MSFT"), "symbol"),  # not declared
         (line(update_id=None), "update_id"),  # XNAS mixes ids and null
+        (line(handler="handler-A"), "handler"),  # a batch's header holds 8 bytes
+        (line(handler="Ä"), "handler"),  # ASCII only
     ],
 )
 def test_errors_name_line_and_field(tmp_path: Path, bad: str, field: str) -> None:

@@ -93,15 +93,16 @@ def test_invalid_utf8_names_the_line_not_a_byte_offset(tmp_path: Path) -> None:
 
 def test_a_raw_line_separator_inside_a_string_is_valid_ndjson(tmp_path: Path) -> None:
     # U+2028 and U+2029 are legal unescaped in JSON strings; only LF ends an NDJSON line.
+    # The handler field is printable ASCII (a batch's header), so the separator is refused as
+    # that field's value on its own line 2: the line was read whole, not cut at U+2028.
     path = write_bytes(
         tmp_path,
         "\n".join(
-            [tick(handler="A\u2028B"), tick(update_id=2, handler="C\u2029D"), tick(update_id=3)]
+            [tick(handler="A"), tick(update_id=2, handler="C\u2029D"), tick(update_id=3)]
         ).encode("utf-8"),
     )
-    _, lines = load_replay(path)
-    assert [line.lineno for line in lines] == [1, 2, 3]
-    assert lines[0].tick.handler == "A\u2028B"
+    with pytest.raises(ReplayError, match="line 2: field `handler`"):
+        load_replay(path)
 
 
 @pytest.mark.parametrize(

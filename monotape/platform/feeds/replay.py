@@ -79,7 +79,8 @@ class _Record(msgspec.Struct, forbid_unknown_fields=True):
     # Plain ints: a value out of the wire's range refuses that tick (``Refused``), not the file.
     update_id: int | None = None
     epoch: int = 0
-    handler: Annotated[str, msgspec.Meta(max_length=32)] = ""
+    # a tick batch's header holds the handler's name in 8 ASCII bytes (docs/batches.md)
+    handler: Annotated[str, msgspec.Meta(max_length=8, pattern="^[ -~]*$")] = ""
 
 
 class _Declared(msgspec.Struct, forbid_unknown_fields=True):
