@@ -282,6 +282,9 @@ class _Watch:
                     for p in body["processes"]
                     if p.get("pid")
                 }
+                standby = (body.get("host") or {}).get("standby")
+                if standby:  # the warm sequencer standby: idle until it takes over
+                    self._known["standby-sequencer"] = (int(standby), "standby")
             except OSError:  # an overloaded host answers late: the pids it gave last time
                 pass
             for name, (pid, role) in self._known.items():

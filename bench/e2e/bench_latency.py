@@ -393,6 +393,9 @@ def _names(server: RunningNode, token: str, writers: int) -> dict[int, str]:
     body = json.loads(server.get("/admin/processes", token))
     out = {server.proc.pid: "host"}
     out.update({int(p["pid"]): str(p["name"]) for p in body["processes"] if p.get("pid")})
+    standby = (body.get("host") or {}).get("standby")
+    if standby:  # the warm sequencer standby: imported, idle until a takeover
+        out[int(standby)] = "standby-sequencer"
     return out
 
 

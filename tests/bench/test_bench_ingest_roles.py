@@ -90,6 +90,7 @@ def test_a_tiny_run_reads_every_role(monkeypatch: pytest.MonkeyPatch) -> None:
             r.unit == "µs/tick"
             and "writer" not in r.benchmark
             and r.benchmark != "ingest roles: host"
+            and "standby" not in r.benchmark  # idle until a takeover: ~0 CPU is right
         ):
             assert r.value is not None and r.value > 0, r  # CPU read for every ingest role
     ingest = by[("ingest roles: handlers + sequencer", "µs/tick")]

@@ -61,7 +61,7 @@ class Drain:
         out: list[tuple[int, int]] = []
         while self._pending and now_ns >= self._next_ns:
             for _ in range(min(self.batch, len(self._pending))):
-                hint = self._rng.randint(0, self.hint_spread_ms)
+                hint = self._rng.randint(1, max(1, self.hint_spread_ms))  # never "at once"
                 out.append((self._pending.popleft(), hint))
             self._next_ns += self.interval_ns
         self.closed += len(out)
