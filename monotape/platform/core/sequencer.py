@@ -35,8 +35,6 @@ from monotape.platform.wire.batch import TickBatch, batch_from_ticks
 __all__ = ["Admission", "Sequencer", "VenueCounters"]
 
 IID_SPACE = 1 << 16  # wire ids are uint16 (docs/wire.md)
-_EMPTY_IIDS = np.empty(0, dtype=np.uint16)
-_EMPTY_IIDS.setflags(write=False)
 
 
 class VenueCounters:
