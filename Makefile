@@ -80,7 +80,7 @@ native-sanitize: $(STAMP)
 	  $(SANITIZE_PYTEST) tests/core/test_payloads.py
 	$(SANITIZE_CC) monotape/platform/core/_admit.c -o $(SANITIZE_DIR)/_admit.so
 	$(SANITIZE_RUN) ADMIT_SANITIZED_BUILD=$(SANITIZE_DIR)/_admit.so \
-	  $(SANITIZE_PYTEST) tests/core/test_admit_batch.py
+	  $(SANITIZE_PYTEST) tests/core/test_admit_batch.py tests/feeds/test_normalize.py
 	# the set walk Python 3.13 builds (an iterator over each set of signatures), on this Python
 	$(SANITIZE_CC) -DPAYLOADS_SET_ITERATOR monotape/platform/core/_payloads.c \
 	  -o $(SANITIZE_DIR)/_payloads_iter.so

@@ -24,6 +24,7 @@ from monotape.platform.feeds.simulator import build_universe
 from monotape.platform.feeds.validate import TickGate
 from monotape.platform.model import Tick
 from monotape.platform.wire.batch import HEADER, TickBatch, batch_from_ticks, split
+from monotape.platform.wire.bundle import pack
 from tests.conftest import until
 from tests.node.test_collectors import scrape_storm
 
@@ -225,6 +226,42 @@ async def test_big_batch_is_split_under_the_message_size(run_dir: Path) -> None:
         assert [b.batch_seq for b in got.batches] == list(range(40, 40 + len(got.batches)))
         assert {(b.venue, b.handler, b.epoch) for b in got.batches} == {(VENUE, "A", 3)}
     finally:
+        handler.close()
+        sequencer.close()
+
+
+async def test_a_wake_ups_batches_go_as_one_message(run_dir: Path) -> None:
+    """``publish_many``: every venue's batch of a feed process's wake-up in one bundle
+    (wire/bundle.py), delivered as the same batches in order; a spike too large for one
+    message goes as several, in order; a bundle with a batch that miscounts its ticks loses
+    that batch alone, refused by reason."""
+    gate = TickGate(UNIVERSE, time.monotonic_ns)
+    sequencer, handler, got = _ends(run_dir, gate=gate)
+    raw = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        wake = [_ours(range(10 * k + 1, 10 * k + 11)) for k in range(6)]
+        handler.publish_many(wake)
+        await until(lambda: got.count == 60, "the wake-up's batches")
+        assert [b.buffer for b in got.batches] == [b.buffer for b in wake]
+        assert handler.counters.sent_messages == 1 and handler.counters.sent_items == 60
+        assert sequencer.counters.received_messages == 1
+        spike = [_ours(range(1, 3_001)), _ours(range(3_001, 3_011))]
+        handler.publish_many(spike)
+        await until(lambda: got.count == 60 + 3_010, "the spike")
+        assert [t.seq for t in got.ticks[60:]] == list(range(1, 3_011))
+        assert handler.counters.sent_messages == 1 + 4  # 3,000 ticks: 4 messages of <= 60 kB
+        good = [_ours(range(1, 4)), _ours(range(4, 6))]
+        torn = bytearray(_ours(range(6, 9)).buffer)
+        torn[8:12] = (2).to_bytes(4, "little")  # its header says 2 ticks, it holds 3
+        miscounted = TickBatch(bytes(torn), VENUE, "A", 3, 0, 3)
+        raw.connect(str(bus_path(run_dir)))
+        raw.send(pack([good[0], miscounted, good[1]]))
+        await until(lambda: got.count == 3_070 + 5, "the bundle's good batches")
+        assert [t.seq for t in got.ticks[-5:]] == [1, 2, 3, 4, 5]
+        assert gate.batches_refused["length_mismatch"] == 1
+        assert sequencer.counters.malformed_messages == 0  # the bundle itself read
+    finally:
+        raw.close()
         handler.close()
         sequencer.close()
 

@@ -5,6 +5,7 @@ against an AddressSanitizer + UndefinedBehaviorSanitizer build named by ADMIT_SA
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ from hypothesis import strategies as st
 from monotape.platform.core import admit_batch
 from monotape.platform.core.admit import DUPLICATE, REGRESSION, admit
 from monotape.platform.core.admit_batch import AdmitRun, VersionTable, python_admit_run
+from monotape.platform.wire.batch import COLUMNS, batch_of
 from tests.sanitized import load_sanitized
 
 SANITIZED_BUILD = os.environ.get("ADMIT_SANITIZED_BUILD", "")
@@ -133,6 +135,47 @@ if NATIVE is not None:
         if SANITIZED_BUILD
         else admit_batch.admit_into
     )
+
+
+def _over_a_buffer(fn: admit_batch.AdmitBatch) -> admit_batch.AdmitInto:
+    """``admit_batch`` (the same rule over a tick batch's own buffer) as an ``admit_into``: the
+    columns packed into a batch first, so every admit_into test holds it to the same rows."""
+
+    def into(
+        epoch: int, venue: int, handler: int, now: int, cols: tuple[Any, ...], state: Any
+    ) -> tuple[int, int, int]:
+        if len(cols) != 9:
+            raise TypeError("9 columns")
+        names = ("seq", "iid", "bid", "ask", "last", "size", "venue_ts", "recv_ts")
+        columns = dict(zip(names, cols[:8], strict=True))
+        n = len(cols[1])
+        columns |= {"update_id": np.zeros(n, np.uint64), "flags": np.zeros(n, np.uint8)}
+        batch = batch_of("XNAS", "A", 0, 0, columns)
+        return fn(epoch, venue, handler, now, batch.buffer, n, cols[8], state)
+
+    return into
+
+
+INTO["batch-python"] = _over_a_buffer(admit_batch.python_admit_batch)
+if NATIVE is not None:
+    INTO["batch-native"] = _over_a_buffer(
+        load_sanitized("sanitized._admit", SANITIZED_BUILD).admit_batch
+        if SANITIZED_BUILD
+        else admit_batch.admit_batch
+    )
+
+
+def test_admit_batch_refuses_a_buffer_its_count_disagrees_with() -> None:
+    cols = {name: np.ones(2, dtype) for name, dtype in COLUMNS}
+    batch = batch_of("XNAS", "A", 0, 0, cols)
+    fns = [admit_batch.python_admit_batch] + ([admit_batch.admit_batch] if NATIVE else [])
+    for fn in fns:
+        for buffer, n, verdict in ((batch.buffer[:-1], 2, 2), (batch.buffer, 3, 2),
+                                   (batch.buffer, 2, 1)):  # fmt: skip
+            state = _state(4)
+            with pytest.raises(ValueError):
+                fn(1, 0, 0, 5, buffer, n, np.empty(verdict, np.uint8), state)
+            assert (state[0] == -1).all()
 
 
 def _state(space: int) -> tuple[np.ndarray, ...]:

@@ -7,7 +7,7 @@ import asyncio
 import json
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -53,6 +53,10 @@ class Bus:
     def publish(self, batch: TickBatch) -> None:
         self.batches.append(batch)
         self.ticks.extend(batch.ticks())
+
+    def publish_many(self, batches: Sequence[TickBatch]) -> None:
+        for batch in batches:
+            self.publish(batch)
 
     def subscribe(self, sink: object) -> None:
         raise NotImplementedError
@@ -358,6 +362,10 @@ def test_when_the_bus_takes_only_the_first_batches_of_a_wake_no_venue_starves(
             if self.room:
                 self.room -= 1
                 self.kept.append(batch)
+
+        def publish_many(self, batches: Sequence[TickBatch]) -> None:
+            for batch in batches:  # a message each: only the first of the wake-up goes
+                self.publish(batch)
 
     bus = FirstOnly()
     group = FeedGroup(roles, bus, clock)  # type: ignore[arg-type]

@@ -18,6 +18,7 @@ from typing import NamedTuple
 from monotape.platform.bus.memory import TickSink
 from monotape.platform.feeds.validate import TickGate
 from monotape.platform.wire.batch import BatchError, TickBatch, read_batch
+from monotape.platform.wire.bundle import is_bundle, read_bundle
 
 __all__ = ["Inbox", "Received"]
 
@@ -43,17 +44,34 @@ class Inbox:
         self.on_heard: Callable[[str, str], None] | None = None
 
     def receive(self, data: bytes, where: str) -> Received:
-        """Read ``data`` as a batch, gate it, deliver it; ``where`` names the door in refusals
-        (``"ipc bus.sock"``, ``"nats md.XNAS.batch"``)."""
+        """Read ``data`` as a batch, or a bundle of them (``wire/bundle.py``), gate each, deliver
+        each; ``where`` names the door in refusals (``"ipc bus.sock"``, ``"nats md.XNAS.batch"``).
+        A bundle that does not read is refused whole (``malformed``); a batch of a bundle that
+        does not read is refused alone, and the others are delivered."""
         try:
-            batch = read_batch(data)
+            parts: list[TickBatch | BatchError] = (
+                read_bundle(data) if is_bundle(data) else [read_batch(data)]
+            )
         except BatchError as exc:
-            reason = str(exc.reason)
-            self.refused[reason] = self.refused.get(reason, 0) + 1
-            self.on_error(f"{where}: {exc}")
-            if self.gate is not None:
-                self.gate.refuse_batch(exc.reason, where, str(exc))
+            self._refuse(exc, where)
             return Received(0, malformed=True)
+        read = 0
+        for part in parts:
+            if isinstance(part, BatchError):
+                self._refuse(part, where)
+            else:
+                read += self._take(part, where)
+        return Received(read, malformed=False)
+
+    def _refuse(self, exc: BatchError, where: str) -> None:
+        reason = str(exc.reason)
+        self.refused[reason] = self.refused.get(reason, 0) + 1
+        self.on_error(f"{where}: {exc}")
+        if self.gate is not None:
+            self.gate.refuse_batch(exc.reason, where, str(exc))
+
+    def _take(self, batch: TickBatch, where: str) -> int:
+        """One batch that read: heard, gated, delivered; the ticks it held before the gate."""
         read = batch.count
         if self.on_heard is not None:
             self.on_heard(batch.venue, batch.handler)
@@ -61,7 +79,7 @@ class Inbox:
             batch = self.gate.gate_batch(batch, where)
         if batch.count:
             self.deliver(batch)
-        return Received(read, malformed=False)
+        return read
 
     def deliver(self, batch: TickBatch) -> None:
         for sink in self.sinks:

@@ -18,7 +18,7 @@ refused whole, counted by reason and as malformed (``inbox.py``).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from monotape.platform.bus.inbox import Inbox
@@ -32,6 +32,7 @@ from monotape.platform.bus.link import (
 from monotape.platform.bus.memory import TickSink
 from monotape.platform.feeds.validate import TickGate
 from monotape.platform.wire.batch import TickBatch, split
+from monotape.platform.wire.bundle import bundles
 
 __all__ = ["BUS_SOCKET", "IpcTickBus", "bus_path"]
 
@@ -83,6 +84,19 @@ class IpcTickBus:
             return
         for part in parts:
             self._sender.send(part.buffer, part.count)
+
+    def publish_many(self, batches: Sequence[TickBatch]) -> None:
+        """``publish`` for each, in order, in as few messages as fit (``wire/bundle.py``): a
+        feed process's wake-up is one send and one receive, not one per venue. A message that
+        cannot go drops its batches, counted (by ticks and by message) as ``publish`` does."""
+        parts: list[TickBatch] = []
+        for batch in batches:
+            try:
+                parts += split(batch, self.max_message_bytes)
+            except ValueError:
+                self.counters.drop(Drop.OVERSIZE, batch.count)
+        for message, ticks in bundles(parts, self.max_message_bytes):
+            self._sender.send(message, ticks)
 
     def on_heard(self, heard: Callable[[str, str], None]) -> None:
         """``heard(venue, handler)`` for every batch read, header-only beats included (the

@@ -8,7 +8,7 @@ The IPC (``ipc``) and NATS (``nats_bus``) implementations carry the batch's own 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from monotape.platform.wire.batch import TickBatch
@@ -24,6 +24,10 @@ class TickBus(Protocol):
     pair interleave freely, which is why the sequencer orders by version, never by arrival."""
 
     def publish(self, batch: TickBatch) -> None: ...
+
+    def publish_many(self, batches: Sequence[TickBatch]) -> None:
+        """``publish`` each, in order; a bus that can carry several in one message does."""
+        ...
 
     def subscribe(self, sink: TickSink) -> None: ...
 
@@ -44,6 +48,10 @@ class InProcessBus:
         self.published += batch.count
         for sink in self._sinks:
             sink(batch)
+
+    def publish_many(self, batches: Sequence[TickBatch]) -> None:
+        for batch in batches:
+            self.publish(batch)
 
     def subscribe(self, sink: TickSink) -> None:
         self._sinks.append(sink)

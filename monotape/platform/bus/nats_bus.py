@@ -151,6 +151,11 @@ class NatsTickBus:
             self.published_ticks += group.count
         self._wake.set()
 
+    def publish_many(self, batches: Sequence[TickBatch]) -> None:
+        """``publish`` each: a subject per venue (or symbol), so a message per batch."""
+        for batch in batches:
+            self.publish(batch)
+
     def on_heard(self, heard: Callable[[str, str], None]) -> None:
         """``heard(venue, handler)`` for every batch read, header-only beats included (the
         receiving end's feed liveness, core/feed_liveness.py)."""

@@ -15,3 +15,29 @@ def admit_into(
     state: tuple[Any, ...],
     /,
 ) -> tuple[int, int, int]: ...
+def admit_batch(
+    epoch: int,
+    venue: int,
+    handler: int,
+    now: int,
+    buffer: bytes,
+    n: int,
+    verdict: Any,
+    state: tuple[Any, ...],
+    /,
+) -> tuple[int, int, int]: ...
+def gate_passes(buffer: bytes, n: int, code_of: Any, code: int, /) -> bool: ...
+def normalize(
+    buffer: bytes,
+    n: int,
+    code_of: Any,
+    code: int,
+    need_id: bool,
+    fence: int,
+    epoch: int,
+    header: bytes,
+    now: int,
+    held_epoch: Any,
+    held_seq: Any,
+    /,
+) -> tuple[bytes, int] | None: ...

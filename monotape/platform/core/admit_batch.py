@@ -25,11 +25,14 @@ __all__ = [
     "VERDICT_DUPLICATE",
     "VERDICT_REGRESSION",
     "VERDICT_SUPERSEDED",
+    "AdmitBatch",
     "AdmitInto",
     "AdmitRun",
     "VersionTable",
+    "admit_batch",
     "admit_into",
     "admit_run",
+    "python_admit_batch",
     "python_admit_into",
     "python_admit_run",
 ]
@@ -150,19 +153,57 @@ def python_admit_into(
     return applied, duplicates, regressions
 
 
+AdmitBatch: TypeAlias = Callable[
+    [int, int, int, int, bytes, int, Any, tuple[Any, ...]], tuple[int, int, int]
+]
+_BATCH_COLUMNS = (
+    ("Q", 0),
+    ("H", 64),
+    ("q", 16),
+    ("q", 24),
+    ("q", 32),
+    ("Q", 40),
+    ("q", 48),
+    ("q", 56),
+)  # fmt: skip (admit_into's column order: the byte offset per tick)
+
+
+def python_admit_batch(
+    epoch: int,
+    venue: int,
+    handler: int,
+    now: int,
+    buffer: bytes,
+    n: int,
+    verdict: Any,
+    state: tuple[Any, ...],
+) -> tuple[int, int, int]:
+    """The pure-Python ``admit_batch`` (see ``_admit.c``): ``admit_into`` over the columns of
+    a tick batch's ``buffer`` (``n`` ticks, wire/batch.py's layout)."""
+    if n < 0 or len(buffer) != 64 + 67 * n or len(memoryview(verdict).cast("B")) != n:
+        raise ValueError("admit_batch: the buffer or verdict disagrees with n")
+    view = memoryview(buffer)
+    columns = tuple(view[64 + at * n : 64 + (at + (2 if code == "H" else 8)) * n]
+                    for code, at in _BATCH_COLUMNS)  # fmt: skip
+    return python_admit_into(epoch, venue, handler, now, (*columns, verdict), state)
+
+
 _native: AdmitRun | None
 _native_into: AdmitInto | None
+_native_batch: AdmitBatch | None
 try:
     from monotape.platform.core import _admit
 except ImportError:  # no compiler at install time: the twins run
-    _native = _native_into = None
+    _native = _native_into = _native_batch = None
 else:
     _native = _admit.admit_run
     _native_into = _admit.admit_into
+    _native_batch = _admit.admit_batch
 
 NATIVE: bool = _native is not None
 admit_run: AdmitRun = _native if _native is not None else python_admit_run
 admit_into: AdmitInto = _native_into if _native_into is not None else python_admit_into
+admit_batch: AdmitBatch = _native_batch if _native_batch is not None else python_admit_batch
 
 
 class VersionTable:

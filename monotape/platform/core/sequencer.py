@@ -7,7 +7,7 @@ never arbitrate. design (Conflation): the latest state per symbol plus a dirty s
 carries each changed symbol once, naming what the previous frame showed as its base.
 
 Issue 35: ticks arrive as columnar batches (``wire/batch.py``) and are admitted a batch at a
-time (``core/admit_batch.admit_into``: the per-tick rule in one native pass, in batch order,
+time (``core/admit_batch.admit_batch``: the per-tick rule in one native pass, in batch order,
 writing each applied tick's values into its instrument's row of the state arrays). A ``Tick``
 object is built only where one is wanted: a frame's records (at most one per changed symbol
 per 40 ms), a priority update, a snapshot. ``monotape.testing.per_tick`` keeps the per-tick
@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from monotape.platform.core.admit_batch import VERDICT_SUPERSEDED, VersionTable, admit_into
+from monotape.platform.core.admit_batch import VERDICT_SUPERSEDED, VersionTable, admit_batch
 from monotape.platform.core.conflation import FRAME_NS, Frame, FrameRecord
 from monotape.platform.model import Tick
 from monotape.platform.wire.batch import TickBatch, batch_from_ticks
@@ -147,7 +147,7 @@ class Sequencer:
         return code
 
     def on_batch(self, batch: TickBatch, now_ns: int) -> Admission:
-        """Admit one batch in order (``admit_into``: the rule and the state rows in one pass);
+        """Admit one batch in order (``admit_batch``: the rule and the state rows in one pass);
         each applied tick becomes its symbol's state and marks it dirty for the next frame.
         Raises ``IndexError`` (nothing changed) on an instrument outside the table: the gate
         refuses those first."""
@@ -155,14 +155,9 @@ class Sequencer:
         verdict = np.empty(n, dtype=np.uint8)
         if not n:
             return Admission(batch, verdict, 0, now_ns)
-        applied, duplicates, regressions = admit_into(
-            batch.epoch,
-            self._name(batch.venue),
-            self._name(batch.handler),
-            now_ns,
-            (batch.seq, batch.iid, batch.bid, batch.ask, batch.last, batch.size,
-             batch.venue_ts, batch.recv_ts, verdict),
-            self._state,
+        applied, duplicates, regressions = admit_batch(
+            batch.epoch, self._name(batch.venue), self._name(batch.handler), now_ns,
+            batch.buffer, n, verdict, self._state,
         )  # fmt: skip
         c = self.counter(batch.venue)
         c.admitted += applied

@@ -47,7 +47,7 @@ import numpy.typing as npt
 from monotape.histograms import Interval, Recorders
 from monotape.platform.core.fields import int64_field
 from monotape.platform.model import Tick
-from monotape.platform.wire.batch import TickBatch
+from monotape.platform.wire.batch import TickBatch, column_bytes, column_ends
 
 if TYPE_CHECKING:
     from monotape.platform.core.sequencer import Admission
@@ -147,13 +147,13 @@ class StageStamps:
         n = batch.count
         if not n:
             return
-        self._venue_ts.append(batch.venue_ts.tobytes())
-        recv = batch.recv_ts
-        at = int(recv[0])
-        if int(recv[-1]) == at:
+        # the column's bytes and two stamps read off the buffer: no view to build (issue 35)
+        self._venue_ts.append(column_bytes(batch, "venue_ts"))
+        at, last = column_ends(batch, "recv_ts")
+        if last == at:
             self._decoded_runs += (at, n)
         else:
-            self._decoded_runs += _runs(recv)
+            self._decoded_runs += _runs(batch.recv_ts)
 
     def admitted_batch(self, admission: Admission) -> None:
         """The ticks one ``Sequencer.on_batch`` call applied (their instruments kept for

@@ -175,8 +175,7 @@ class HandlerRole:
     def pump(self) -> int:
         """What is due goes on the bus."""
         batches = self.due()
-        for batch in batches:
-            self.bus.publish(batch)
+        self.bus.publish_many(batches)
         return sum(b.count for b in batches)
 
     def _epochs_changed(self) -> bool:

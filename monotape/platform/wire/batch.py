@@ -35,7 +35,10 @@ __all__ = [
     "TickBatch",
     "batch_from_ticks",
     "batch_of",
+    "column_bytes",
+    "column_ends",
     "concat",
+    "pack_header",
     "read_batch",
     "restamp",
     "split",
@@ -175,6 +178,15 @@ def _encode_name(text: str, width: int, what: str) -> bytes:
     return raw
 
 
+def pack_header(count: int, epoch: int, batch_seq: int, venue: str, handler: str) -> bytes:
+    """A batch's 64-byte header. Raises ``ValueError`` on a name longer than its field."""
+    return HEADER.pack(
+        MAGIC, FORMAT_VERSION, HEADER.size, 0, count, 0, epoch, batch_seq,
+        _encode_name(venue, VENUE_BYTES, "venue"), _encode_name(handler, HANDLER_BYTES, "handler"),
+        0,
+    )  # fmt: skip
+
+
 def batch_of(
     venue: str,
     handler: str,
@@ -190,11 +202,7 @@ def batch_of(
     n = len(arrays[0])
     if any(len(a) != n for a in arrays):
         raise ValueError("every column of a batch has the same length")
-    head = HEADER.pack(
-        MAGIC, FORMAT_VERSION, HEADER.size, 0, n, 0, epoch, batch_seq,
-        _encode_name(venue, VENUE_BYTES, "venue"), _encode_name(handler, HANDLER_BYTES, "handler"),
-        0,
-    )  # fmt: skip
+    head = pack_header(n, epoch, batch_seq, venue, handler)
     buffer = b"".join([head, *(a.tobytes() for a in arrays)])
     return TickBatch(buffer, venue, handler, epoch, batch_seq, n)
 
@@ -204,7 +212,29 @@ _before = 0
 for _name, _dtype in COLUMNS:
     _OFFSETS[_name] = (_before, np.dtype(_dtype).itemsize)
     _before += np.dtype(_dtype).itemsize
+_DTYPES = dict(COLUMNS)
 del _before, _name, _dtype
+
+
+_ENDS = {"<i8": struct.Struct("<q"), "<u8": struct.Struct("<Q")}
+
+
+def column_bytes(batch: TickBatch, name: str) -> bytes:
+    """Column ``name`` of ``batch`` as bytes, sliced off its buffer (no view built)."""
+    before, width = _OFFSETS[name]
+    start = HEADER.size + before * batch.count
+    return bytes(batch.buffer[start : start + width * batch.count])
+
+
+def column_ends(batch: TickBatch, name: str) -> tuple[int, int]:
+    """The first and the last value of the 8-byte column ``name`` (``batch`` not empty)."""
+    before, _ = _OFFSETS[name]
+    n = batch.count
+    if not n:
+        raise ValueError("an empty batch has no first or last value")
+    unpack = _ENDS[_DTYPES[name]].unpack_from
+    start = HEADER.size + before * n
+    return unpack(batch.buffer, start)[0], unpack(batch.buffer, start + 8 * (n - 1))[0]
 
 
 def restamp(
@@ -216,11 +246,7 @@ def restamp(
     handler's common case costs no column rebuilt (issue 35)."""
     n = batch.count
     out = bytearray(batch.buffer)
-    HEADER.pack_into(
-        out, 0, MAGIC, FORMAT_VERSION, HEADER.size, 0, n, 0, epoch, batch_seq,
-        _encode_name(batch.venue, VENUE_BYTES, "venue"),
-        _encode_name(handler, HANDLER_BYTES, "handler"), 0,
-    )  # fmt: skip
+    out[: HEADER.size] = pack_header(n, epoch, batch_seq, batch.venue, handler)
     at, _ = _OFFSETS["recv_ts"]
     np.frombuffer(out, np.int64, n, HEADER.size + at * n).fill(recv_ts)
     if seq_from is not None and seq_from != "seq":
@@ -252,12 +278,21 @@ def read_batch(buffer: bytes) -> TickBatch:
             BatchRefusal.LENGTH,
             f"{len(buffer)} bytes for {n} ticks (want {HEADER.size + n * ROW_BYTES})",
         )
-    try:
-        venue_s = venue.rstrip(b"\0").decode("ascii")
-        handler_s = handler.rstrip(b"\0").decode("ascii")
-    except UnicodeDecodeError as exc:
-        raise BatchError(BatchRefusal.HEADER, "venue or handler is not ASCII") from exc
-    return TickBatch(bytes(buffer), venue_s, handler_s, epoch, batch_seq, n)
+    names = _NAMES.get((venue, handler))
+    if names is None:
+        try:
+            names = (venue.rstrip(b"\0").decode("ascii"), handler.rstrip(b"\0").decode("ascii"))
+        except UnicodeDecodeError as exc:
+            raise BatchError(BatchRefusal.HEADER, "venue or handler is not ASCII") from exc
+        if len(_NAMES) < _NAMES_KEPT:
+            _NAMES[venue, handler] = names
+    return TickBatch(bytes(buffer), names[0], names[1], epoch, batch_seq, n)
+
+
+# The (venue, handler) names of headers read so far: a bus carries a dozen pairs, each read
+# ~1,000 times a second. Bounded: a stream of garbage names is decoded each time, not kept.
+_NAMES: dict[tuple[bytes, bytes], tuple[str, str]] = {}
+_NAMES_KEPT = 1024
 
 
 def batch_from_ticks(ticks: Sequence[Tick], batch_seq: int = 0) -> list[TickBatch]:

@@ -1,4 +1,4 @@
-"""Test vectors for the columnar tick batch (docs/wire.md, "Tick batches").
+"""Test vectors for the columnar tick batch and the bundle of batches (docs/batches.md).
 
 The bytes are packed here with ``struct`` from the inputs, column by column as the layout says,
 not by ``batch.batch_of``: a vector checks the codec, it is not made by it. Bad cases name the
@@ -10,7 +10,7 @@ from __future__ import annotations
 import struct
 from typing import Any
 
-__all__ = ["bad_batch_cases", "batch_cases"]
+__all__ = ["bad_batch_cases", "batch_cases", "bundle_cases"]
 
 _HEAD = struct.Struct("<3sBHHIIQQ16s8sQ")
 _COLUMNS = (
@@ -79,3 +79,36 @@ def bad_batch_cases() -> list[dict[str, Any]]:
         ("count_too_big", _pack(_ONE["header"], _ONE["columns"], count=2), "length_mismatch"),
     ]
     return [{"name": n, "hex": d.hex(), "reason": r} for n, d, r in cases]
+
+
+def _bundle(parts: list[bytes], **over: Any) -> bytes:
+    """A bundle as docs/batches.md lays it out: header, lengths, padding, padded batches."""
+    count = over.get("count", len(parts))
+    lengths = over.get("lengths", [len(p) for p in parts])
+    head = struct.pack("<3sBHH", b"MTK", over.get("version", 1), count, 0)
+    table = b"".join(struct.pack("<I", n) for n in lengths)
+    table += bytes(-len(table) % 8)
+    return head + table + b"".join(p + bytes(-len(p) % 8) for p in parts)
+
+
+def bundle_cases() -> list[dict[str, Any]]:
+    """Bundles: each with what ``read_bundle`` makes of its batches, in order (a case name
+    of ``batch_cases``, or the reason that batch alone is refused with), or the reason the
+    whole bundle is refused."""
+    one = _pack(_ONE["header"], _ONE["columns"])
+    three = _pack(_THREE["header"], _THREE["columns"])
+    empty = _pack(_EMPTY["header"], _EMPTY["columns"])
+    miscounted = _pack(_ONE["header"], _ONE["columns"], count=2)
+    cases: list[tuple[str, bytes, list[str] | None, str | None]] = [
+        ("one_and_three", _bundle([one, three]), ["one_tick", "three_ticks_edges"], None),
+        ("with_an_empty_beat", _bundle([empty, one, empty]), ["empty", "one_tick", "empty"], None),
+        ("a_miscounted_batch_alone_refused", _bundle([one, miscounted, three]),
+         ["one_tick", "length_mismatch", "three_ticks_edges"], None),
+        ("torn_tail", _bundle([one, three])[:-9], None, "length_mismatch"),
+        ("a_length_past_the_end", _bundle([one, three], lengths=[len(one), len(three) + 8]),
+         None, "length_mismatch"),
+        ("unknown_version", _bundle([one, three], version=2), None, "unknown_version"),
+        ("a_bundle_of_one", _bundle([one]), None, "bad_header"),
+        ("short", _bundle([one, three])[:5], None, "short"),
+    ]  # fmt: skip
+    return [{"name": n, "hex": d.hex(), "batches": b, "refused": r} for n, d, b, r in cases]

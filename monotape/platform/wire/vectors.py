@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from monotape.platform.wire.batch_vectors import bad_batch_cases, batch_cases
+from monotape.platform.wire.batch_vectors import bad_batch_cases, batch_cases, bundle_cases
 from monotape.platform.wire.message_vectors import (
     BAD_MESSAGES,
     message_cases,
@@ -33,7 +33,11 @@ def build() -> dict[str, Any]:
         "bad_messages.json": {"cases": [{"name": n, "hex": h} for n, h in BAD_MESSAGES]},
         "websocket.json": {"cases": websocket_cases()},
         "requests.json": request_cases(),
-        "batches.json": {"cases": batch_cases(), "bad": bad_batch_cases()},
+        "batches.json": {
+            "cases": batch_cases(),
+            "bad": bad_batch_cases(),
+            "bundles": bundle_cases(),
+        },
     }
 
 
