@@ -90,9 +90,17 @@ def test_batch_path_admits_counts_and_frames_as_the_per_tick_model(
             f_model = model.take_frame(boundary)
             f_batch = batched.take_frame(boundary)
             assert f_batch.frame_no == f_model.frame_no
-            assert _frame_bytes([(r.base, r.new) for r in f_batch.records]) == _frame_bytes(
-                [(r.base, r.new) for r in f_model.records]
-            )
+            want_bytes = _frame_bytes([(r.base, r.new) for r in f_model.records])
+            # what the hot path ships: the records encoded from the state arrays (encode_rows)
+            assert f_batch.encoded is not None or not f_model.records
+            if f_batch.encoded is not None:
+                deltas, puts, refused = f_batch.encoded
+                assert list(deltas.values()) == want_bytes and not refused
+                assert [p[3] for p in puts] == [
+                    codec.encode_full_record(r.new) for r in f_model.records
+                ]
+            assert f_batch.count == len(f_model.records)
+            assert _frame_bytes([(r.base, r.new) for r in f_batch.records]) == want_bytes
             assert [r.new for r in f_batch.records] == [r.new for r in f_model.records]
     assert batched.counters() == model.counters()
     assert gate_batch.rejected == gate_model.rejected

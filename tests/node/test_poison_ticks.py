@@ -26,6 +26,7 @@ from monotape.clock import FakeClock
 from monotape.log import Throttle
 from monotape.platform.bus.nats_bus import NatsTickBus
 from monotape.platform.core import fields
+from monotape.platform.core import sequencer as sequencer_module
 from monotape.platform.feeds import validate
 from monotape.platform.feeds.epochs import MemoryEpochStore
 from monotape.platform.feeds.handler import FeedHandler
@@ -37,6 +38,7 @@ from monotape.platform.node.node import Node
 from monotape.platform.sdk.client import TerminalClient
 from monotape.platform.wire import codec
 from monotape.platform.wire.batch import TickBatch, batch_from_ticks
+from monotape.platform.wire.records import EncodedRows
 from tests.conftest import node_config, until
 
 TS = 1_764_460_800_000_000_000
@@ -371,13 +373,28 @@ async def test_the_frame_loop_survives_an_encoder_exception(
                 raise ValueError(f"iid {new.iid}: cannot encode")
             return real(base, new)
 
+        real_rows = getattr(sequencer_module, "encode_rows")  # noqa: B009 (patched below)
+
+        def rows(iids: Any, new: tuple[Any, ...], base: tuple[Any, ...]) -> EncodedRows:
+            """The frame's native pass, refusing the poisoned symbol: the encoder says why."""
+            deltas, puts, refused = real_rows(iids, new, base)
+            if not poisoned and deltas:
+                poisoned.append(next(iter(deltas)))
+            if poisoned and poisoned[0] in deltas:
+                del deltas[poisoned[0]]
+                puts = [p for p in puts if p[0] != poisoned[0]]
+                refused = [*refused, poisoned[0]]
+            return deltas, puts, refused
+
         # One symbol's encoder raises on every frame: the others' frames keep coming.
+        monkeypatch.setattr(sequencer_module, "encode_rows", rows)
         monkeypatch.setattr(codec, "encode_delta_record", encode)
         rendered = client.stats.rendered
         await _frames_keep_coming(client)
         await until(lambda: client.stats.rendered > rendered + 10, "quotes rendered")
         assert node.failures.counts.get("encode", 0) > 0
         monkeypatch.setattr(codec, "encode_delta_record", real)
+        monkeypatch.setattr(sequencer_module, "encode_rows", real_rows)
 
         # A whole frame raises once: one frame is lost, the next ones go out.
         publish = node.server.publish_frame

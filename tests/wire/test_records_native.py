@@ -220,3 +220,72 @@ def test_without_the_extension_the_exported_encoders_are_the_twins() -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=False
     )
     assert out.returncode == 0 and out.stdout.strip() == "twins", out.stderr
+
+
+# -- encode_rows: a frame's records from the sequencer's state arrays -----------------------------
+
+ROWS = 6
+_ROW_DTYPES = ("int64", "uint64", "int64", "int64", "int64", "uint64")
+versions = st.tuples(st.integers(0, 3), st.one_of(st.integers(0, 50), U64))
+row_values = st.tuples(versions, I64, I64, I64, U64)
+
+
+def _arrays(rows: list[Any]) -> tuple[Any, ...]:
+    import numpy as np
+
+    cols = list(zip(*[(e, q, b, a, la, sz) for (e, q), b, a, la, sz in rows], strict=True))
+    return tuple(np.array(c, dtype=d) for c, d in zip(cols, _ROW_DTYPES, strict=True))
+
+
+@given(
+    new=st.lists(row_values, min_size=ROWS, max_size=ROWS),
+    base=st.lists(st.one_of(row_values, st.none()), min_size=ROWS, max_size=ROWS),
+    picked=st.sets(st.integers(0, ROWS - 1)),
+)
+def test_encode_rows_gives_the_record_encoders_bytes(
+    new: list[Any], base: list[Any], picked: set[int]
+) -> None:
+    """Each row's delta and full record are the per-tick encoders' (the reference's, over the
+    whole uint64 range of seq and size); a row whose delta the reference refuses is refused."""
+    import numpy as np
+
+    none = ((-1, 0), 0, 0, 0, 0)
+    new_cols = _arrays(new)
+    base_cols = _arrays([b if b is not None else none for b in base])
+    iids = np.array(sorted(picked), dtype=np.int64)
+    want_deltas: dict[int, bytes] = {}
+    want_puts = []
+    want_refused = []
+    for r in sorted(picked):
+        (e, q), b, a, la, sz = new[r]
+        tick_now = Tick(r, "", e, q, 0, b, a, la, sz, "")
+        full = python_encode_full_record(tick_now)
+        prev = None
+        if base[r] is not None:
+            (pe, pq), pb, pa, pl, ps = base[r]
+            prev = Tick(r, "", pe, pq, 0, pb, pa, pl, ps, "")
+        try:
+            want_deltas[r] = python_encode_delta_record(prev, tick_now)
+        except ValueError:
+            want_refused.append(r)
+            continue
+        want_puts.append((r, e, q, full))
+    impls = [records.python_encode_rows] + ([NATIVE.encode_rows] if NATIVE is not None else [])
+    for impl in impls:
+        deltas, puts, refused = impl(iids, new_cols, base_cols)
+        assert list(deltas.items()) == list(want_deltas.items())
+        assert puts == want_puts and refused == want_refused
+
+
+def test_encode_rows_refuses_bad_arguments() -> None:
+    import numpy as np
+
+    cols = tuple(np.zeros(4, dtype=d) for d in _ROW_DTYPES)
+    impls = [records.python_encode_rows] + ([NATIVE.encode_rows] if NATIVE is not None else [])
+    for impl in impls:
+        with pytest.raises(IndexError):
+            impl(np.array([4], np.int64), cols, cols)
+        with pytest.raises(TypeError):
+            impl(np.array([0], np.int64), cols[:5], cols)
+        with pytest.raises(ValueError):
+            impl(np.array([0], np.int64), (*cols[:5], np.zeros(3, np.uint64)), cols)

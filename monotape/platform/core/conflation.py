@@ -14,9 +14,11 @@ A pure state machine: no I/O, no clock reads. The caller passes boundaries in.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 from monotape.platform.model import Tick
+from monotape.platform.wire.records import EncodedRows
 
 __all__ = [
     "FRAME_NS",
@@ -39,10 +41,60 @@ class FrameRecord(NamedTuple):
     new: Tick  # the latest admitted tick at the boundary
 
 
-class Frame(NamedTuple):
-    frame_no: int  # boundary_ns // frame_ns: the grid slot, so gaps in numbering are visible
-    boundary_ns: int
-    records: list[FrameRecord]  # ascending iid
+class Frame:
+    """One boundary's changes: ``records`` (ascending iid), and, from the sequencer, ``encoded``:
+    the same records already encoded from its state arrays (``wire.records.encode_rows``), so
+    the hot path never builds a ``Tick`` per record; ``records`` is then built on first read
+    (a test, a tool, a symbol that cannot encode)."""
+
+    __slots__ = ("_make", "_records", "boundary_ns", "encoded", "frame_no")
+
+    def __init__(
+        self,
+        frame_no: int,
+        boundary_ns: int,
+        records: list[FrameRecord] | None = None,
+        *,
+        encoded: EncodedRows | None = None,
+        make: Callable[[], list[FrameRecord]] | None = None,
+    ) -> None:
+        if records is None and make is None:
+            raise ValueError("a frame has its records, or a way to make them")
+        self.frame_no = frame_no  # boundary_ns // frame_ns: the grid slot, gaps visible
+        self.boundary_ns = boundary_ns
+        self.encoded = encoded
+        self._records = records
+        self._make = make
+
+    @property
+    def records(self) -> list[FrameRecord]:
+        if self._records is None:
+            assert self._make is not None
+            self._records = self._make()
+            self._make = None
+        return self._records
+
+    @property
+    def count(self) -> int:
+        """How many symbols changed (records), without building them."""
+        if self._records is None and self.encoded is not None:
+            deltas, _, refused = self.encoded
+            return len(deltas) + len(refused)
+        return len(self.records)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Frame):
+            return NotImplemented
+        return (self.frame_no, self.boundary_ns, self.records) == (
+            other.frame_no, other.boundary_ns, other.records,
+        )  # fmt: skip
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return (
+            f"Frame(frame_no={self.frame_no}, boundary_ns={self.boundary_ns}, records={self.count})"
+        )
 
 
 def frame_no_at(boundary_ns: int, frame_ns: int = FRAME_NS) -> int:

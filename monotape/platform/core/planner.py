@@ -248,6 +248,11 @@ def encode_frame(
     in the frame goes out."""
     encode = codec.encode_delta_record
     subscribed = index.has_subscribers
+    encoded = frame.encoded
+    if encoded is not None and not encoded[2]:
+        # the sequencer encoded every record from its state arrays (encode_rows): keep those
+        # anyone watches
+        return {iid: chunk for iid, chunk in encoded[0].items() if subscribed(iid)}
     # Encoded once per changed symbol that anyone watches; nobody pays for the others.
     try:
         return {rec.iid: encode(rec.base, rec.new) for rec in frame.records if subscribed(rec.iid)}

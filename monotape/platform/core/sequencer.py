@@ -8,9 +8,10 @@ carries each changed symbol once, naming what the previous frame showed as its b
 
 Issue 35: ticks arrive as columnar batches (``wire/batch.py``) and are admitted a batch at a
 time (``core/admit_batch.admit_batch``: the per-tick rule in one native pass, in batch order,
-writing each applied tick's values into its instrument's row of the state arrays). A ``Tick``
-object is built only where one is wanted: a frame's records (at most one per changed symbol
-per 40 ms), a priority update, a snapshot. ``monotape.testing.per_tick`` keeps the per-tick
+writing each applied tick's values into its instrument's row of the state arrays). A frame's
+records are encoded from those arrays in one native pass too (``wire.records.encode_rows``), so
+a ``Tick`` object is built only where one is wanted: a priority update, a snapshot, a frame's
+records when something reads ``Frame.records``. ``monotape.testing.per_tick`` keeps the per-tick
 model the property tests hold this to.
 
 Lanes: symbols hash to ``lanes`` lanes (``iid % lanes``), the unit a multi-node split would
@@ -31,10 +32,19 @@ from monotape.platform.core.admit_batch import VERDICT_SUPERSEDED, VersionTable,
 from monotape.platform.core.conflation import FRAME_NS, Frame, FrameRecord
 from monotape.platform.model import Tick
 from monotape.platform.wire.batch import TickBatch, batch_from_ticks
+from monotape.platform.wire.records import encode_rows
 
 __all__ = ["Admission", "Sequencer", "VenueCounters"]
 
 IID_SPACE = 1 << 16  # wire ids are uint16 (docs/wire.md)
+_ENCODED = (
+    0,
+    1,
+    3,
+    4,
+    5,
+    6,
+)  # of a row's columns, what a record carries: epoch seq bid ask last size
 
 
 class VenueCounters:
@@ -127,8 +137,15 @@ class Sequencer:
         )  # fmt: skip
         self._names: list[str] = [""]
         self._name_ids: dict[str, int] = {"": 0}
-        # iid -> what the last frame that carried the symbol showed: its next record's base.
-        self._published: dict[int, Tick] = {}
+        # A tick's fields as columns, in ``Tick``'s order (after iid)
+        self._row = (
+            self.versions.epoch, self.versions.seq, self._venue_ts, self._bid, self._ask,
+            self._last, self._size, self._decoded, self._admitted, self._venue, self._handler,
+        )  # fmt: skip
+        # What the last frame that carried each symbol showed, as the same columns (epoch -1:
+        # no frame yet): its next record's base, what a snapshot shows.
+        self._shown = tuple(np.zeros_like(c) for c in self._row)
+        self._shown[0].fill(-1)
         self._last_boundary: int | None = None
         self._counters: dict[str, VenueCounters] = {}
 
@@ -201,14 +218,12 @@ class Sequencer:
     # -- frames --------------------------------------------------------------------------------
     def _ticks(self, iids: npt.NDArray[Any]) -> list[Tick]:
         """The current state of ``iids`` as ``Tick`` objects (one native gather per column)."""
+        return self._as_ticks(iids, [c[iids] for c in self._row])
+
+    def _as_ticks(self, iids: npt.NDArray[Any], rows: Sequence[npt.NDArray[Any]]) -> list[Tick]:
+        """``Tick`` objects of ``iids`` from their rows of the columns (``_row``'s order)."""
         names = self._names
-        cols = [
-            c[iids].tolist()
-            for c in (
-                self.versions.epoch, self.versions.seq, self._venue_ts, self._bid, self._ask,
-                self._last, self._size, self._decoded, self._admitted, self._venue, self._handler,
-            )
-        ]  # fmt: skip
+        cols = [c.tolist() for c in rows]
         return [
             Tick(iid, names[v], e, s, ts, b, a, la, sz, names[h], dec, adm)
             for iid, e, s, ts, b, a, la, sz, dec, adm, v, h in zip(
@@ -218,24 +233,43 @@ class Sequencer:
 
     def take_frame(self, boundary_ns: int) -> Frame:
         """Close the frame at ``boundary_ns``: one record per symbol changed since the last
-        one, by ascending iid. Raises ``ValueError`` if ``boundary_ns`` is not after the
-        previous boundary (bases would chain backwards, a frame number repeat on the wire)."""
+        one, by ascending iid, encoded from the state arrays in one native pass
+        (``encode_rows``: the delta from what the last frame showed, and the full record);
+        ``Frame.records`` is built only if read. Raises ``ValueError`` if ``boundary_ns`` is not
+        after the previous boundary (bases would chain backwards, a frame number repeat on the
+        wire)."""
         last = self._last_boundary
         if last is not None and boundary_ns <= last:
             raise ValueError(f"boundary {boundary_ns} is not after the previous one ({last})")
         self._last_boundary = boundary_ns
+        frame_no = boundary_ns // self.frame_ns
         dirty = np.flatnonzero(self._dirty)
-        records: list[FrameRecord] = []
-        if len(dirty):
-            self._dirty[dirty] = False
-            published = self._published
-            get_base = published.get
-            append = records.append
-            for tick in self._ticks(dirty):
-                iid = tick.iid
-                append(FrameRecord(iid, get_base(iid), tick))
-                published[iid] = tick
-        return Frame(boundary_ns // self.frame_ns, boundary_ns, records)
+        if not len(dirty):
+            return Frame(frame_no, boundary_ns, [])
+        self._dirty[dirty] = False
+        shown = self._shown
+        e, q, _, b, a, la, sz, *_ = self._row
+        encoded = encode_rows(dirty, (e, q, b, a, la, sz), tuple(shown[i] for i in _ENCODED))
+        bases = [c[dirty] for c in shown]
+        news = [c[dirty] for c in self._row]
+        for column, rows in zip(shown, news, strict=True):
+            column[dirty] = rows
+        return Frame(
+            frame_no, boundary_ns, encoded=encoded, make=lambda: self._records(dirty, bases, news)
+        )
+
+    def _records(
+        self,
+        iids: npt.NDArray[Any],
+        bases: Sequence[npt.NDArray[Any]],
+        news: Sequence[npt.NDArray[Any]],
+    ) -> list[FrameRecord]:
+        """A frame's records as ``Tick`` objects (``Frame.records``, when read)."""
+        shown = self._as_ticks(iids, bases)
+        return [
+            FrameRecord(new.iid, None if base.epoch < 0 else base, new)
+            for base, new in zip(shown, self._as_ticks(iids, news), strict=True)
+        ]
 
     # -- reads ---------------------------------------------------------------------------------
     def current(self, iid: int) -> Tick | None:
@@ -251,7 +285,10 @@ class Sequencer:
 
     def published(self, iid: int) -> Tick | None:
         """What the last frame showed for ``iid``: its next record's base; what snapshots show."""
-        return self._published.get(iid)
+        if not 0 <= iid < self.space or self._shown[0][iid] < 0:
+            return None
+        at = np.array([iid], dtype=np.int64)
+        return self._as_ticks(at, [c[at] for c in self._shown])[0]
 
     @property
     def dirty_count(self) -> int:

@@ -229,7 +229,7 @@ class StageStamps:
         """The frame at ``boundary_ns`` carried every tick admitted since the last one.
 
         ``wall_offset_ns`` is wall minus monotonic time now (the decode stage's venue stamps are
-        wall clock). ``symbols``: the frame's record count (``len(frame.records)``), when the
+        wall clock). ``symbols``: the frame's record count (``frame.count``), when the
         caller took that frame right before, with nothing admitted in between: then it is the
         number of instruments the frame's ticks have (conflation keeps one record per admitted
         instrument), and ``written`` needs no pass over the ticks when all of them went out.

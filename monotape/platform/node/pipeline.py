@@ -132,7 +132,7 @@ class Pipeline:
         frame = self.sequencer.take_frame(boundary)
         published = self.server.publish_frame(frame)
         offset = self.clock.wall_ns() - self.clock.now_ns()
-        self.framed_ticks += self.stamps.framed(boundary, published, offset, len(frame.records))
+        self.framed_ticks += self.stamps.framed(boundary, published, offset, frame.count)
         # the frame's direct writes, then late ones out of slow terminals' rings (writer.py)
         self.stamps.written(
             np.asarray(self.server.write_latencies_ns, dtype=np.int64),

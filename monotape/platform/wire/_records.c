@@ -219,6 +219,28 @@ wrapped_diff(int64_t a, int64_t b)
     return out;
 }
 
+/* The delta record moving ``b`` to ``n`` (the same iid; in the same epoch, n's seq not below
+   b's as uint64s: the callers check). seq and size are read as uint64s, prices as int64s. */
+static PyObject *
+delta_of(const int64_t n[F_COUNT], const int64_t b[F_COUNT], int same_epoch)
+{
+    unsigned char buf[RECORD_MAX];
+    int flags = FLAG_DELTA | (same_epoch ? 0 : FLAG_NEW_EPOCH);
+    unsigned char *p = put_head(buf, n[F_IID], flags, b[F_EPOCH], b[F_SEQ]);
+    if (same_epoch) {
+        p = put_uvarint(p, (uint64_t)n[F_SEQ] - (uint64_t)b[F_SEQ]);
+    }
+    else {
+        p = put_uvarint(p, (uint64_t)n[F_EPOCH]);
+        p = put_uvarint(p, (uint64_t)n[F_SEQ]);
+    }
+    p = put_uvarint(p, zigzag(wrapped_diff(n[F_BID], b[F_BID])));
+    p = put_uvarint(p, zigzag(wrapped_diff(n[F_ASK], b[F_ASK])));
+    p = put_uvarint(p, zigzag(wrapped_diff(n[F_LAST], b[F_LAST])));
+    p = put_uvarint(p, (uint64_t)n[F_SIZE]);
+    return PyBytes_FromStringAndSize((const char *)buf, p - buf);
+}
+
 static PyObject *
 encode_delta_record(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
 {
@@ -239,21 +261,7 @@ encode_delta_record(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize
     int same_epoch = 0;
     if (read_tick(base, b) && read_tick(new, n) && b[F_IID] == n[F_IID] &&
         ((same_epoch = (n[F_EPOCH] == b[F_EPOCH])) == 0 || n[F_SEQ] >= b[F_SEQ])) {
-        unsigned char buf[RECORD_MAX];
-        int flags = FLAG_DELTA | (same_epoch ? 0 : FLAG_NEW_EPOCH);
-        unsigned char *p = put_head(buf, n[F_IID], flags, b[F_EPOCH], b[F_SEQ]);
-        if (same_epoch) {
-            p = put_uvarint(p, (uint64_t)(n[F_SEQ] - b[F_SEQ])); /* both >= 0: no overflow */
-        }
-        else {
-            p = put_uvarint(p, (uint64_t)n[F_EPOCH]);
-            p = put_uvarint(p, (uint64_t)n[F_SEQ]);
-        }
-        p = put_uvarint(p, zigzag(wrapped_diff(n[F_BID], b[F_BID])));
-        p = put_uvarint(p, zigzag(wrapped_diff(n[F_ASK], b[F_ASK])));
-        p = put_uvarint(p, zigzag(wrapped_diff(n[F_LAST], b[F_LAST])));
-        p = put_uvarint(p, (uint64_t)n[F_SIZE]);
-        return PyBytes_FromStringAndSize((const char *)buf, p - buf);
+        return delta_of(n, b, same_epoch);
     }
     return PyObject_Vectorcall(delta_checked, args, 2, NULL);
 }
@@ -319,7 +327,131 @@ bind(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
     Py_RETURN_NONE;
 }
 
+/* encode_rows(iids, new, base) -> (deltas, puts, refused)
+
+   A frame's records straight from the sequencer's state arrays (issue 35: no Tick per record).
+   ``iids`` (int64[m]) are the rows that changed, ascending; ``new`` and ``base`` are each six
+   arrays with a row per wire id: epoch (int64; -1 in ``base``: nothing published yet), seq
+   (uint64), bid, ask, last (int64), size (uint64): the state now, and what the previous frame
+   showed. Per row: the delta record moving base to new (the full record without a base) into
+   ``deltas`` (iid -> bytes, in ``iids`` order) and (iid, epoch, seq, full record) into ``puts``;
+   a row whose delta the format cannot carry (a seq below its base's in the same epoch) goes
+   to ``refused`` instead, for the reference encoder to name. The bytes are those of
+   encode_delta_record / encode_full_record on the same values (tests hold them to it), over
+   the whole uint64 range of seq and size, which the Tick path leaves to the reference. Why:
+   the Tick objects, the records and the per-record calls of a frame cost ~5 us a record in
+   Python, and at 120k ticks/s every frame changes ~2,000 symbols (docs/benchmarks.md). */
+#define ROW_COLS 6
+static PyObject *
+encode_rows(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    Py_buffer ids = {0};
+    PyObject *new_obj, *base_obj;
+    if (!PyArg_ParseTuple(args, "y*O!O!", &ids, &PyTuple_Type, &new_obj, &PyTuple_Type,
+                          &base_obj)) {
+        return NULL;
+    }
+    Py_buffer cols[2 * ROW_COLS];
+    int got = 0;
+    PyObject *deltas = NULL, *puts = NULL, *refused = NULL, *result = NULL;
+    if (PyTuple_GET_SIZE(new_obj) != ROW_COLS || PyTuple_GET_SIZE(base_obj) != ROW_COLS ||
+        ids.len % 8 != 0) {
+        PyErr_SetString(PyExc_TypeError, "encode_rows: int64 rows, then two tuples of 6 arrays");
+        goto done;
+    }
+    for (; got < 2 * ROW_COLS; got++) {
+        PyObject *col = PyTuple_GET_ITEM(got < ROW_COLS ? new_obj : base_obj, got % ROW_COLS);
+        if (PyObject_GetBuffer(col, &cols[got], PyBUF_SIMPLE) < 0) {
+            goto done;
+        }
+    }
+    Py_ssize_t space = cols[0].len / 8;
+    for (int c = 0; c < 2 * ROW_COLS; c++) {
+        if (cols[c].len != space * 8) {
+            PyErr_SetString(PyExc_ValueError, "encode_rows: the arrays disagree in length");
+            goto done;
+        }
+    }
+    Py_ssize_t m = ids.len / 8;
+    const int64_t *rows = (const int64_t *)ids.buf;
+    for (Py_ssize_t i = 0; i < m; i++) {
+        if (rows[i] < 0 || rows[i] >= space || rows[i] > 0xFFFF) {
+            PyErr_Format(PyExc_IndexError, "encode_rows: row %lld is outside %zd",
+                         (long long)rows[i], space);
+            goto done;
+        }
+    }
+    deltas = PyDict_New();
+    puts = PyList_New(0);
+    refused = PyList_New(0);
+    if (deltas == NULL || puts == NULL || refused == NULL) {
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < m; i++) {
+        Py_ssize_t r = (Py_ssize_t)rows[i];
+        int64_t n[F_COUNT], b[F_COUNT];
+        n[F_IID] = b[F_IID] = r;
+        for (int f = 0; f < ROW_COLS; f++) { /* epoch seq bid ask last size: F_EPOCH.. */
+            memcpy(&n[F_EPOCH + f], (const char *)cols[f].buf + 8 * r, 8);
+            memcpy(&b[F_EPOCH + f], (const char *)cols[ROW_COLS + f].buf + 8 * r, 8);
+        }
+        PyObject *iid = PyLong_FromSsize_t(r);
+        if (iid == NULL) {
+            goto done;
+        }
+        PyObject *full = full_of(n);
+        PyObject *delta = NULL;
+        int same_epoch = n[F_EPOCH] == b[F_EPOCH];
+        if (full == NULL) {
+            Py_DECREF(iid);
+            goto done;
+        }
+        if (b[F_EPOCH] < 0) {
+            delta = full;
+            Py_INCREF(delta);
+        }
+        else if (!same_epoch || (uint64_t)n[F_SEQ] >= (uint64_t)b[F_SEQ]) {
+            delta = delta_of(n, b, same_epoch);
+            if (delta == NULL) {
+                Py_DECREF(iid);
+                Py_DECREF(full);
+                goto done;
+            }
+        }
+        int failed;
+        if (delta == NULL) {
+            Py_DECREF(full);
+            failed = PyList_Append(refused, iid) < 0;
+        }
+        else {
+            PyObject *put = Py_BuildValue("(OLKN)", iid, (long long)n[F_EPOCH],
+                                          (unsigned long long)(uint64_t)n[F_SEQ], full);
+            failed = put == NULL || PyDict_SetItem(deltas, iid, delta) < 0 ||
+                     PyList_Append(puts, put) < 0;
+            Py_XDECREF(put);
+            Py_DECREF(delta);
+        }
+        Py_DECREF(iid);
+        if (failed) {
+            goto done;
+        }
+    }
+    result = PyTuple_Pack(3, deltas, puts, refused);
+done:
+    Py_XDECREF(deltas);
+    Py_XDECREF(puts);
+    Py_XDECREF(refused);
+    PyBuffer_Release(&ids);
+    for (int c = 0; c < got; c++) {
+        PyBuffer_Release(&cols[c]);
+    }
+    return result;
+}
+
 static PyMethodDef records_methods[] = {
+    {"encode_rows", encode_rows, METH_VARARGS,
+     "encode_rows(iids, new, base) -> (deltas, puts, refused): a frame's records from the "
+     "sequencer's state arrays."},
     {"encode_full_record", (PyCFunction)encode_full_record, METH_O,
      "encode_full_record(tick) -> bytes: the full record of tick."},
     {"encode_delta_record", (PyCFunction)(void (*)(void))encode_delta_record, METH_FASTCALL,

@@ -12,3 +12,6 @@ def bind(
     delta_checked: Callable[[Any, Any], bytes],
     /,
 ) -> None: ...
+def encode_rows(
+    iids: Any, new: tuple[Any, ...], base: tuple[Any, ...], /
+) -> tuple[dict[int, bytes], list[tuple[int, int, int, bytes]], list[int]]: ...
