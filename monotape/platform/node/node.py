@@ -4,27 +4,24 @@ Everything of the embedded default runs in one event loop: the venue simulator (
 two feed handlers per venue, the in-process bus, the sequencer lanes, the 40 ms frame clock, the
 WebSocket fan-out and the admin API. Each piece is a state machine; this module wires them and
 runs their drivers: ticks' sources (sources.py), the pipeline's loops (pipeline.py) under a
-supervisor (supervisor.py), histogram rotation (rotation.py), STALE for down venues
-(venue_watch.py), the collectors (collectors.py) and the admin app (admin.py, admin_server.py).
+supervisor (supervisor.py), STALE for down venues (venue_watch.py), the collectors
+(collectors.py) and the admin app (admin.py, admin_server.py); the instruments every role is
+built with (registry, GC and loop-lag monitors, stage histograms and their rotation) come from
+the role kit (kit.py).
 """
 
 from __future__ import annotations
 
 import asyncio
-import gc
 import os
 import socket
 from pathlib import Path
 
-from prometheus_client import CollectorRegistry
-
-from monotape import metric_names as m
-from monotape.clock import Clock, SystemClock
+from monotape.clock import Clock
 from monotape.config import Config
 from monotape.dashboards.panels import sampled_names
 from monotape.dashboards.sampler import SampleRing, sample_registry
-from monotape.histograms import IntervalLogWriter, Percentiles, Recorders
-from monotape.histograms.gc import GcMonitor
+from monotape.histograms import Percentiles
 from monotape.invariants import (
     InvariantMonitor,
     NativeEntries,
@@ -37,7 +34,6 @@ from monotape.platform.bus.memory import InProcessBus, TickBus
 from monotape.platform.bus.nats_bus import NatsTickBus
 from monotape.platform.bus.nats_collector import NatsBusCollector
 from monotape.platform.core.sequencer import Sequencer
-from monotape.platform.core.stamps import StageStamps
 from monotape.platform.feeds.epochs import FileEpochStore
 from monotape.platform.feeds.handler import FeedHandler
 from monotape.platform.feeds.replay import ReplayAdapter
@@ -51,14 +47,10 @@ from monotape.platform.node.collectors import (
     FanoutCollector,
     FeedCollector,
     FrameGridCollector,
-    GcCollector,
     IngestCollector,
     InvariantCollector,
-    LoopLagCollector,
     RuntimeCollector,
     SequencerCollector,
-    StageDurationCollector,
-    StageLatencyCollector,
 )
 from monotape.platform.node.datadir_lock import DataDirLock, lock_data_dir
 from monotape.platform.node.endpoints import (
@@ -69,15 +61,13 @@ from monotape.platform.node.endpoints import (
     write_endpoints,
 )
 from monotape.platform.node.failures import StageFailures
+from monotape.platform.node.kit import RoleKit
 from monotape.platform.node.pipeline import GcUpkeep, Pipeline
-from monotape.platform.node.process_metrics import register_process_metrics
-from monotape.platform.node.rotation import HistogramRotation
 from monotape.platform.node.sources import build_sources
 from monotape.platform.node.supervisor import LoopFactory, Supervisor
 from monotape.platform.node.venue_watch import down_venues
 from monotape.platform.node.watchlist import watchlist_site
 from monotape.platform.server.endpoint import FanoutServer
-from monotape.platform.server.looplag import LoopLagMonitor
 
 __all__ = ["Node"]
 
@@ -85,7 +75,10 @@ __all__ = ["Node"]
 class Node:
     def __init__(self, cfg: Config, clock: Clock | None = None) -> None:
         self.cfg = cfg
-        self.clock: Clock = clock or SystemClock()
+        # The role kit (kit.py): clock, registry, GC and loop-lag monitors, stage histograms.
+        self.kit = RoleKit(cfg, "node", clock)
+        self.clock: Clock = self.kit.clock
+        self.registry = self.kit.registry
         self.data_dir = Path(cfg.data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._dir_lock: DataDirLock | None = None  # taken in start (datadir_lock.py)
@@ -120,9 +113,11 @@ class Node:
         )
         # Stage histograms: every value enters through its stage recorder's buffer (the server's
         # hydrate and glass samples, its priority writes, and the tick stages via the stamps),
-        # rotated every 10 s into interval logs.
-        self.stamps = StageStamps(Recorders(start_ms=self.clock.wall_ns() // 1_000_000))
-        self.loop_lag = LoopLagMonitor(0.1)  # the real clock: a fake one would read no lag
+        # rotated every 10 s into interval logs, the priority writes since the last frame first.
+        self.histograms = self.kit.record_stages(before=lambda: self.server.flush_priority())
+        self.stamps = self.histograms.stamps
+        self.hdr_dir = self.histograms.hdr_dir  # what /admin/latency reads (AdminView)
+        self.loop_lag = self.kit.watch_loop()
         self.server = FanoutServer(
             cfg.server,
             self.universe,
@@ -162,25 +157,9 @@ class Node:
             clock=self.clock,
             on_failure=lambda name, exc: self.failures.record("invariants", exc, invariant=name),
         )
-        self.hdr_dir = self.data_dir / "hdr"
-        self.hdr_writer = IntervalLogWriter(
-            self.hdr_dir,
-            proc=f"node-{os.getpid()}",
-            host=socket.gethostname(),
-            max_age_s=cfg.server.hdr_max_age_s,
-            max_bytes=cfg.server.hdr_max_bytes,
-        )
-        self.rotation = HistogramRotation(
-            self.stamps,
-            self.hdr_writer,
-            self.clock,
-            interval_s=cfg.server.hdr_interval_s,
-            before=self.server.flush_priority,
-        )
         # GC pauses and event-loop lag, overlaid on the latency timeline.
-        self.gc_monitor = GcMonitor(clock=self.clock)
+        self.gc_monitor = self.kit.watch_gc()
         self.gc_upkeep = GcUpkeep.for_server(cfg.server, self.gc_monitor, self.server, self.clock)
-        self.registry = CollectorRegistry()
         self._register_collectors()
         # The embedded dashboards' history: the panels' metrics, sampled every second.
         self.dashboard_ring = SampleRing(sampled_names())
@@ -201,6 +180,8 @@ class Node:
 
     # -- building ------------------------------------------------------------------------------
     def _register_collectors(self) -> None:
+        """The node's stages' collectors, beside the kit's (GC, loop lag, stage histograms,
+        process)."""
         reg = self.registry
         if self.nats_bus is not None:
             reg.register(NatsBusCollector(self.nats_bus))
@@ -212,11 +193,6 @@ class Node:
         if self.verifier is not None:
             reg.register(AuthCollector(self.verifier))
         reg.register(InvariantCollector(self.invariants))
-        reg.register(GcCollector(self.gc_monitor, frozen_name=m.GC_FROZEN_OBJECTS))
-        reg.register(LoopLagCollector(self.loop_lag, max_name=m.EVENT_LOOP_LAG_MAX))
-        reg.register(StageLatencyCollector(lambda: self.rotation.latest))
-        # The same values as bucket counts, which add across processes and hosts
-        reg.register(StageDurationCollector(lambda: self.stamps.recorders))
 
     # -- what the admin API and the tests read (AdminView) -------------------------------------
     @property
@@ -230,11 +206,11 @@ class Node:
     @property
     def latest_latency(self) -> dict[str, Percentiles]:
         """Percentiles per stage of the last closed 10 s interval."""
-        return self.rotation.latest
+        return self.histograms.rotation.latest
 
     def rotate_histograms(self, *, final: bool = False) -> None:
         """Rotate on the loop, write in place: for a stop (``final``) and for tests."""
-        self.rotation.rotate_now(final=final)
+        self.histograms.rotation.rotate_now(final=final)
 
     def _overloaded(self) -> bool:
         return self.loop_lag.last_ns > self.cfg.server.admission_max_lag_ms * 1e6
@@ -247,7 +223,7 @@ class Node:
             self.pipeline.frame_loop,
             self.pipeline.heartbeat_loop,
             self.pipeline.chaos_loop,
-            self.rotation.run,
+            self.histograms.rotation.run,
             self.gc_upkeep.run,
             self.server.glass_loop,
             self.server.keepalive_loop,
@@ -267,7 +243,7 @@ class Node:
             raise
 
     async def _start(self) -> None:
-        self.gc_monitor.install()
+        self.kit.start()
         if self.nats_bus is not None:
             servers = [u.strip() for u in self.cfg.nats.servers.split(",") if u.strip()]
             await self.nats_bus.connect(servers, timeout_s=self.cfg.nats.connect_timeout_s)
@@ -279,19 +255,17 @@ class Node:
                 "handler_started", venue=handler.venue, handler=handler.name, epoch=record.epoch
             )
         self.registry.register(RuntimeCollector(asyncio.get_running_loop()))
-        register_process_metrics(self.registry)  # RSS, CPU seconds, open fds, CPU wait
         await self._listen()
         srv = self.cfg.server
+        self.kit.freeze()  # when server.gc_freeze says so, after the warm-up
         if srv.gc_freeze:
-            log_event("gc_frozen", objects=self.gc_monitor.freeze_after_warmup())
             self.gc_upkeep.start()
         loops = [
-            self.loop_lag.run(),
+            *(loop() for loop in self.kit.loops()),
             self.pipeline.pump_loop(),
             self.pipeline.frame_loop(),
             self.pipeline.heartbeat_loop(),
             self.invariants.run_forever(),
-            self.rotation.run(),
             self.server.stale.run(),
             sample_registry(self.dashboard_ring, self.registry, self.clock, self.loop_lag),
         ]
@@ -370,7 +344,7 @@ class Node:
             if self._hurry.is_set():
                 log_event("drain_cut_short", remaining=len(self.server.connections))
         self.loop_lag.stop()
-        await self.rotation.settle(10)
+        await self.histograms.rotation.settle(10)
         await self.server.stop()
         await self.supervisor.cancel_all()
         if self.nats_bus is not None:
@@ -378,13 +352,9 @@ class Node:
         await self._admin.stop()
         for handler in self.handlers:
             handler.stop()
-        self.rotate_histograms(final=True)  # the last partial interval too: every value lands
-        self.hdr_writer.close()
+        self.kit.close()  # the last partial interval too: every value lands; GC unfrozen
         if self.verifier is not None:
             self.verifier.close()
-        self.gc_monitor.uninstall()
-        if self.cfg.server.gc_freeze:
-            gc.unfreeze()  # a node inside a test process must not leave its objects frozen
         if self._dir_lock is not None:
             self._dir_lock.release()  # last: the data dir is free once its files are written
         # The node's own accounting, next to which the interval logs must add up exactly.
