@@ -285,27 +285,13 @@ class WriterRole:
             restarts=self.spec.restarts,
         )
         await self._stop.wait()
-        await self._drain()
+        # Staggered closes with reconnect hints while frames keep flowing (server/drain.py);
+        # new terminals go to the other writers: this one stops listening first.
+        self.server.stop_listening()
+        await self.server.drainer.before_stop(self._hurry)
         follower.stop()
         await self._shut()
         return 1 if self.failed else 0
-
-    async def _drain(self) -> None:
-        """Staggered closes with reconnect hints while frames keep flowing; new terminals go to
-        the other writers (this one stopped listening)."""
-        srv = self.cfg.server
-        server = self.server
-        server.stop_listening()
-        if not (srv.drain_on_stop and server.connections) or self._hurry.is_set():
-            return
-        server.start_drain()
-        drained = asyncio.ensure_future(server.wait_drained(srv.drain_timeout_s))
-        hurried = asyncio.ensure_future(self._hurry.wait())
-        await asyncio.wait({drained, hurried}, return_when=asyncio.FIRST_COMPLETED)
-        for fut in (drained, hurried):
-            fut.cancel()
-        if self._hurry.is_set():
-            log_event("drain_cut_short", remaining=len(server.connections))
 
     async def _shut(self) -> None:
         self.loop_lag.stop()

@@ -331,18 +331,8 @@ class Node:
         self.ready = False
         if self.endpoints is not None:
             remove_endpoints(self.data_dir, self.endpoints.pid)  # no client dials a leaving node
-        if self.cfg.server.drain_on_stop and self.server.connections and not self._hurry.is_set():
-            # SIGTERM drains like POST /admin/drain: terminals leave staggered, not as a storm.
-            self.server.start_drain()
-            drained = asyncio.ensure_future(
-                self.server.wait_drained(self.cfg.server.drain_timeout_s)
-            )
-            hurried = asyncio.ensure_future(self._hurry.wait())
-            await asyncio.wait({drained, hurried}, return_when=asyncio.FIRST_COMPLETED)
-            for fut in (drained, hurried):
-                fut.cancel()
-            if self._hurry.is_set():
-                log_event("drain_cut_short", remaining=len(self.server.connections))
+        # SIGTERM drains like POST /admin/drain: terminals leave staggered, not as a storm.
+        await self.server.drainer.before_stop(self._hurry)
         self.loop_lag.stop()
         await self.histograms.rotation.settle(10)
         await self.server.stop()
