@@ -28,12 +28,6 @@ from prometheus_client.registry import Collector
 from monotape import metric_names as m
 from monotape.clock import Clock
 from monotape.config import Config, ServerConfig
-from monotape.invariants import (
-    InvariantMonitor,
-    NativeEntries,
-    NoDanglingEntries,
-    SubscriptionCardinality,
-)
 from monotape.log import log_event
 from monotape.platform.auth import TokenVerifier, build_verifier
 from monotape.platform.host.interest import PriorityInterest
@@ -44,13 +38,11 @@ from monotape.platform.host.state import RoleView, writer_state
 from monotape.platform.host.telemetry import RoleState, serve_metrics
 from monotape.platform.node.collectors import (
     AuthCollector,
-    FanoutCollector,
-    InvariantCollector,
     RuntimeCollector,
 )
 from monotape.platform.node.failures import StageFailures
+from monotape.platform.node.fanout_upkeep import FanoutUpkeep
 from monotape.platform.node.kit import RoleKit
-from monotape.platform.node.pipeline import GcUpkeep
 from monotape.platform.node.sources import universe_of
 from monotape.platform.node.supervisor import LoopFactory, Supervisor
 from monotape.platform.ring import ReaderCounters, RingFollower, RingRead, ShmReader
@@ -152,21 +144,12 @@ class WriterRole:
             self.stamps,
             stale=(self.server.stale, VenueBits.of(i.venue for i in universe_of(cfg))),
         )
-        index = self.server.index
-        self.invariants = InvariantMonitor(
-            [
-                SubscriptionCardinality(index, clock=self.clock),
-                NoDanglingEntries(index, lambda: self.server.connections, clock=self.clock),
-                NativeEntries(self.server.writer.audit, clock=self.clock),
-            ],
-            interval_s=srv.invariant_interval_s,
-            clock=self.clock,
-            on_failure=lambda name, exc: self.failures.record("invariants", exc, invariant=name),
-        )
-        self.gc_upkeep = GcUpkeep.for_server(srv, self.gc_monitor, self.server, self.clock)
+        # the node's upkeep of its terminals: heartbeats, invariants, GC (node/fanout_upkeep.py)
+        self.upkeep = FanoutUpkeep(srv, self.server, self.gc_monitor, self.clock, self.failures)
+        self.invariants = self.upkeep.invariants
+        self.gc_upkeep = self.upkeep.gc
         self.kit.register(
-            FanoutCollector(self.server),
-            InvariantCollector(self.invariants),
+            *self.upkeep.collectors(),
             RingReaderCollector(self.reader.counters, str(spec.index)),
         )
         if self.verifier is not None:
@@ -228,11 +211,6 @@ class WriterRole:
         self.request_stop(hurry=gone)
 
     # -- the loops -----------------------------------------------------------------------------
-    async def heartbeat_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.cfg.server.heartbeat_s)
-            self.server.publish_heartbeat(self.clock.wall_ns() // 1_000_000)
-
     async def host_watch(self) -> None:
         """The parent-death signal's net (lifeline.watch_host): the host gone means stop now,
         without a drain."""
@@ -241,21 +219,9 @@ class WriterRole:
         self.request_stop(hurry=True)
 
     def _loops(self) -> list[LoopFactory]:
-        srv = self.cfg.server
-        loops: list[LoopFactory] = [
-            *self.kit.loops(),  # the loop-lag timer, the 10 s rotation
-            self.heartbeat_loop,
-            self.host_watch,
-            self.invariants.run_forever,
-            self.server.stale.run,  # STALE when no frame came for two frame intervals
-        ]
-        if srv.glass_share > 0:
-            loops.append(self.server.glass_loop)
-        if srv.keepalive_interval_s > 0:
-            loops.append(self.server.keepalive_loop)
-        if srv.gc_freeze and srv.gc_refreeze:
-            loops.append(self.gc_upkeep.run)
-        return loops
+        # the loop-lag timer and the 10 s rotation; heartbeats, invariants, STALE, glass,
+        # keepalive and GC upkeep as the config runs them
+        return [*self.kit.loops(), self.host_watch, *self.upkeep.loops()]
 
     # -- lifecycle -----------------------------------------------------------------------------
     async def run(self) -> int:
@@ -268,8 +234,7 @@ class WriterRole:
         follower = RingFollower(self.reader, self._on_read, loop)
         follower.start()
         self.kit.freeze()  # when server.gc_freeze says so, after the warm-up
-        if self.cfg.server.gc_freeze:
-            self.gc_upkeep.start()
+        self.upkeep.start()
         loops = self._loops()
         self.supervisor.start([f() for f in loops], loops)
         # The port file last: the host reads it as "this writer is up". The same port answers

@@ -3,8 +3,9 @@
 Everything of the embedded default runs in one event loop: the venue simulator (or a replay),
 two feed handlers per venue, the in-process bus, the sequencer lanes, the 40 ms frame clock, the
 WebSocket fan-out and the admin API. Each piece is a state machine; this module wires them and
-runs their drivers: ticks' sources (sources.py), the pipeline's loops (pipeline.py) under a
-supervisor (supervisor.py), STALE for down venues (venue_watch.py), the collectors
+runs their drivers: ticks' sources (sources.py), the pipeline's loops (pipeline.py) and the
+fan-out's upkeep (fanout_upkeep.py: heartbeats, invariants, GC upkeep, as a writer process runs
+them) under a supervisor (supervisor.py), STALE for down venues (venue_watch.py), the collectors
 (collectors.py) and the admin app (admin.py, admin_server.py); the instruments every role is
 built with (registry, GC and loop-lag monitors, stage histograms and their rotation) come from
 the role kit (kit.py).
@@ -22,12 +23,6 @@ from monotape.config import Config
 from monotape.dashboards.panels import sampled_names
 from monotape.dashboards.sampler import SampleRing, sample_registry
 from monotape.histograms import Percentiles
-from monotape.invariants import (
-    InvariantMonitor,
-    NativeEntries,
-    NoDanglingEntries,
-    SubscriptionCardinality,
-)
 from monotape.log import log_event
 from monotape.platform.auth import TokenVerifier, build_verifier
 from monotape.platform.bus.memory import InProcessBus, TickBus
@@ -44,11 +39,9 @@ from monotape.platform.node.admin import build_admin_app
 from monotape.platform.node.admin_server import AdminServer
 from monotape.platform.node.collectors import (
     AuthCollector,
-    FanoutCollector,
     FeedCollector,
     FrameGridCollector,
     IngestCollector,
-    InvariantCollector,
     RuntimeCollector,
     SequencerCollector,
 )
@@ -61,8 +54,9 @@ from monotape.platform.node.endpoints import (
     write_endpoints,
 )
 from monotape.platform.node.failures import StageFailures
+from monotape.platform.node.fanout_upkeep import FanoutUpkeep
 from monotape.platform.node.kit import RoleKit
-from monotape.platform.node.pipeline import GcUpkeep, Pipeline
+from monotape.platform.node.pipeline import Pipeline
 from monotape.platform.node.sources import build_sources
 from monotape.platform.node.supervisor import LoopFactory, Supervisor
 from monotape.platform.node.venue_watch import down_venues
@@ -135,7 +129,6 @@ class Node:
             clock=self.clock,
             feeds=cfg.feeds,
             frame_ns=self.frame_ns,
-            heartbeat_s=cfg.server.heartbeat_s,
             simulator=self.simulator,
             replay=self.replay,
             handlers=self.handlers,
@@ -145,21 +138,13 @@ class Node:
             stamps=self.stamps,
             failures=self.failures,
         )
-        self.invariants = InvariantMonitor(
-            [
-                SubscriptionCardinality(self.server.index, clock=self.clock),
-                NoDanglingEntries(
-                    self.server.index, lambda: self.server.connections, clock=self.clock
-                ),
-                NativeEntries(self.server.writer.audit, clock=self.clock),
-            ],
-            interval_s=cfg.server.invariant_interval_s,
-            clock=self.clock,
-            on_failure=lambda name, exc: self.failures.record("invariants", exc, invariant=name),
-        )
-        # GC pauses and event-loop lag, overlaid on the latency timeline.
+        # GC pauses and event-loop lag, overlaid on the latency timeline; what keeps the
+        # terminals beside the frames (heartbeats, invariants, GC upkeep: fanout_upkeep.py).
         self.gc_monitor = self.kit.watch_gc()
-        self.gc_upkeep = GcUpkeep.for_server(cfg.server, self.gc_monitor, self.server, self.clock)
+        self.upkeep = FanoutUpkeep(
+            cfg.server, self.server, self.gc_monitor, self.clock, self.failures
+        )
+        self.invariants = self.upkeep.invariants  # what /admin/invariants reads (AdminView)
         self._register_collectors()
         # The embedded dashboards' history: the panels' metrics, sampled every second.
         self.dashboard_ring = SampleRing(sampled_names())
@@ -186,13 +171,12 @@ class Node:
         if self.nats_bus is not None:
             reg.register(NatsBusCollector(self.nats_bus))
         reg.register(SequencerCollector(self.sequencer))
-        reg.register(FanoutCollector(self.server))
         reg.register(FrameGridCollector(self.pipeline.grid))
         reg.register(FeedCollector(lambda: self.handlers))
         reg.register(IngestCollector(lambda: self.gate, self.failures))
         if self.verifier is not None:
             reg.register(AuthCollector(self.verifier))
-        reg.register(InvariantCollector(self.invariants))
+        self.kit.register(*self.upkeep.collectors())
 
     # -- what the admin API and the tests read (AdminView) -------------------------------------
     @property
@@ -221,14 +205,9 @@ class Node:
         loops: list[LoopFactory] = [
             self.pipeline.pump_loop,
             self.pipeline.frame_loop,
-            self.pipeline.heartbeat_loop,
             self.pipeline.chaos_loop,
             self.histograms.rotation.run,
-            self.gc_upkeep.run,
-            self.server.glass_loop,
-            self.server.keepalive_loop,
-            self.invariants.run_forever,
-            self.server.stale.run,
+            *self.upkeep.restartable(),
         ]
         return {loop.__qualname__: loop for loop in loops}
 
@@ -258,23 +237,14 @@ class Node:
         await self._listen()
         srv = self.cfg.server
         self.kit.freeze()  # when server.gc_freeze says so, after the warm-up
-        if srv.gc_freeze:
-            self.gc_upkeep.start()
+        self.upkeep.start()
         loops = [
             *(loop() for loop in self.kit.loops()),
             self.pipeline.pump_loop(),
             self.pipeline.frame_loop(),
-            self.pipeline.heartbeat_loop(),
-            self.invariants.run_forever(),
-            self.server.stale.run(),
+            *(loop() for loop in self.upkeep.loops()),
             sample_registry(self.dashboard_ring, self.registry, self.clock, self.loop_lag),
         ]
-        if srv.glass_share > 0:
-            loops.append(self.server.glass_loop())
-        if srv.keepalive_interval_s > 0:
-            loops.append(self.server.keepalive_loop())
-        if srv.gc_freeze and srv.gc_refreeze:
-            loops.append(self.gc_upkeep.run())
         if self.cfg.feeds.restart_every_s > 0 and self.handlers:
             loops.append(self.pipeline.chaos_loop())
         self.supervisor.start(loops, self._restartable().values())
