@@ -36,7 +36,7 @@ def role(tmp_path: Path) -> Iterator[SequencerRole]:
         yield r
     finally:
         r.ring.close(unlink=False)
-        r.hdr_writer.close()
+        r.histograms.writer.close()
         ring.close(unlink=True)
 
 

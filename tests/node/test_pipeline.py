@@ -65,7 +65,6 @@ def _pipeline(handlers: Sequence[Any], clock: FakeClock) -> Pipeline:
         clock=clock,
         feeds=FeedConfig(),
         frame_ns=FRAME_NS,
-        heartbeat_s=1.0,
         simulator=None,
         replay=None,
         handlers=handlers,

@@ -481,7 +481,7 @@ async def test_a_loop_that_keeps_dying_stops_the_node_with_the_reason(
         monkeypatch.setattr(node.server, "publish_heartbeat", publish_heartbeat)
         await asyncio.wait_for(node.wait(), 10)
         assert node.failed
-        assert "Pipeline.heartbeat_loop" in node.failure_reason
+        assert "FanoutUpkeep.heartbeat_loop" in node.failure_reason
         assert "heartbeat broke for good" in node.failure_reason
     finally:
         await node.stop()

@@ -192,4 +192,4 @@ def test_a_rotation_takes_the_priority_writes_since_the_last_frame(tmp_path: Pat
     assert p.min_us == (4 * MS + WRITE_NS) // US
     node.rotate_histograms()
     assert node.latest_latency["priority"].count == 0  # recorded once, in its own interval
-    node.hdr_writer.close()
+    node.histograms.writer.close()

@@ -28,12 +28,8 @@ import os
 import sys
 from typing import NoReturn
 
-from prometheus_client import CollectorRegistry
-
-from monotape import metric_names as m
-from monotape.clock import Clock, SystemClock
+from monotape.clock import Clock
 from monotape.config import Config
-from monotape.histograms.gc import GcMonitor
 from monotape.log import log_event
 from monotape.platform.bus.ipc import IpcTickBus
 from monotape.platform.bus.ipc_collector import LinkCollector
@@ -48,8 +44,7 @@ from monotape.platform.host.lifeline import ROLE_STOP_S, run_role, stop_on_signa
 from monotape.platform.host.spec import RoleSpec
 from monotape.platform.host.state import RoleView, handler_state
 from monotape.platform.host.telemetry import RoleState, serve_metrics
-from monotape.platform.node.collectors import GcCollector
-from monotape.platform.node.process_metrics import register_process_metrics
+from monotape.platform.node.kit import RoleKit
 from monotape.platform.node.sources import HandlerPlan, handler_plans
 
 __all__ = ["exit_now", "find_plans", "main", "role_name"]
@@ -95,11 +90,12 @@ async def _serve(spec: RoleSpec, cfg: Config) -> int:
     stop = asyncio.Event()
     stop_on_signals(stop)
     watcher = asyncio.create_task(watch_host(spec.host_pid, stop))
-    clock = SystemClock()
+    kit = RoleKit(cfg, role_name(spec))  # node/kit.py: clock, registry, process metrics
+    clock = kit.clock
     bus = _bus(cfg, spec, clock)
     gate = process_gate(cfg, clock)
     group = FeedGroup([HandlerRole(spec, cfg, p, bus, clock, gate) for p in plans], bus, clock)
-    registry = CollectorRegistry()
+    registry = kit.registry
     for collector in group.collectors():
         registry.register(collector)
     links = [r.feed for r in group.roles]
@@ -112,9 +108,8 @@ async def _serve(spec: RoleSpec, cfg: Config) -> int:
     registry.register(LinkCollector(lambda: links))
     # GC pauses per process, handlers too (issue #12 item 4): no terminals here, so the
     # warm-up freeze is the whole policy (docs/observability.md, "GC and the event loop").
-    gc_monitor = GcMonitor(clock=clock).install()
-    registry.register(GcCollector(gc_monitor, frozen_name=m.GC_FROZEN_OBJECTS))
-    register_process_metrics(registry)
+    gc_monitor = kit.watch_gc()
+    kit.start()
     # The same loopback port answers the host's /admin/feeds with these handlers' rows.
     source = "replay" if cfg.feeds.replay else "simulator"  # the node's word (Node.source)
     handlers = [r.handler for r in group.roles]
@@ -122,8 +117,7 @@ async def _serve(spec: RoleSpec, cfg: Config) -> int:
     state = handler_state(RoleState(asyncio.get_running_loop()), view)
     serve_metrics(registry, spec.run_dir, role_name(spec), state)
     group.start()
-    if cfg.server.gc_freeze:
-        gc_monitor.freeze_after_warmup()
+    kit.freeze()
     receivers = [
         LinkReceiver(feed_path(spec.run_dir, r.plan.key), r.feed, r.on_feed) for r in group.roles
     ]

@@ -15,7 +15,7 @@ armed first, the process name on every log line, the host's config, a role whose
 died leaves at once, and ``run_loop(serve(cfg))`` (uvloop, as the node): a coroutine that
 starts its loops, awaits the stop event (set by a signal or by ``watch_host``), and tears its
 pieces down in order. A failure escaping it is one ``role_failed`` line and exit 1 (the host
-restarts it with backoff and counts the exit). The kit gives every role its liveness beat
+restarts it with backoff and counts the exit). The launcher gives every role its liveness beat
 (``beats.Beat``: from the role's event loop, held during garbage collections) without any
 wiring of its own, and a warm standby (``spec.standby``) waits here, imported, for the spec its
 takeover runs with (``await_takeover``: docs/processes.md, Warm start).

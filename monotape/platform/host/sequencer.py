@@ -26,26 +26,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
-import os
-import socket
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client import CollectorRegistry
-
-from monotape import metric_names as m
-from monotape.clock import Clock, SystemClock
+from monotape.clock import Clock
 from monotape.config import Config
-from monotape.histograms import IntervalLogWriter, Recorders
-from monotape.histograms.gc import GcMonitor
 from monotape.log import log_event
 from monotape.platform.bus.ipc_collector import LinkCollector
 from monotape.platform.bus.nats_bus import NatsTickBus
 from monotape.platform.bus.nats_collector import NatsBusCollector
 from monotape.platform.core.feed_liveness import FeedLiveness
 from monotape.platform.core.sequencer import Sequencer
-from monotape.platform.core.stamps import StageStamps
 from monotape.platform.feeds.validate import TickGate
 from monotape.platform.host.buses import role_bus
 from monotape.platform.host.interest import PriorityInterest
@@ -56,22 +47,16 @@ from monotape.platform.host.state import RoleView, sequencer_state
 from monotape.platform.host.telemetry import RoleState, serve_metrics
 from monotape.platform.node.collectors import (
     FrameGridCollector,
-    GcCollector,
     IngestCollector,
-    LoopLagCollector,
     SequencerCollector,
-    StageDurationCollector,
-    StageLatencyCollector,
 )
 from monotape.platform.node.failures import StageFailures
 from monotape.platform.node.grid import GridCounts, run_frame_grid
-from monotape.platform.node.process_metrics import register_process_metrics
-from monotape.platform.node.rotation import HistogramRotation
+from monotape.platform.node.kit import RoleKit
 from monotape.platform.node.sources import universe_of
 from monotape.platform.ring.collector import RingProducerCollector
 from monotape.platform.ring.shm import ShmRing
 from monotape.platform.ring.venues import VenueBits
-from monotape.platform.server.looplag import LoopLagMonitor
 from monotape.platform.wire.batch import TickBatch
 
 if TYPE_CHECKING:
@@ -89,7 +74,14 @@ class SequencerRole:
         self.spec = spec
         self.cfg = cfg
         self.name = spec.name or "sequencer"
-        self.clock: Clock = clock or SystemClock()
+        # The role kit (node/kit.py): clock, registry, GC and loop-lag monitors, and the stage
+        # histograms (no priority writes here to flush first: the writers record them).
+        self.kit = RoleKit(cfg, self.name, clock)
+        self.clock: Clock = self.kit.clock
+        self.histograms = self.kit.record_stages()
+        self.stamps = self.histograms.stamps
+        self.gc_monitor = self.kit.watch_gc()
+        self.loop_lag = self.kit.watch_loop()
         self.universe = universe_of(cfg)
         self.gate = TickGate(self.universe, self.clock.now_ns)
         self.failures = StageFailures(self.clock.now_ns)
@@ -109,29 +101,18 @@ class SequencerRole:
         self.liveness = FeedLiveness(self.clock.now_ns())
         self.venue_bits = VenueBits.of(i.venue for i in self.universe)
         self.down_venues: frozenset[str] = frozenset()
-        self.stamps = StageStamps(Recorders(start_ms=self.clock.wall_ns() // 1_000_000))
         self.decoded_ticks = 0  # ticks whose decode this process recorded
         self.framed_ticks = 0
         self.nats_bus: NatsTickBus | None = None
         self.ipc_bus: IpcTickBus | None = None
-        bus_collector = self._build_bus()
-        self.hdr_writer = IntervalLogWriter(
-            os.path.join(cfg.data_dir, "hdr"),
-            proc=f"{self.name}-{os.getpid()}",
-            host=socket.gethostname(),
-            max_age_s=cfg.server.hdr_max_age_s,
-            max_bytes=cfg.server.hdr_max_bytes,
+        self.registry = self.kit.registry
+        self.kit.register(
+            SequencerCollector(self.sequencer),
+            FrameGridCollector(self.grid),
+            IngestCollector(lambda: self.gate, self.failures),
+            RingProducerCollector(lambda: self.ring.counters),
+            self._build_bus(),
         )
-        self.rotation = HistogramRotation(
-            self.stamps,
-            self.hdr_writer,
-            self.clock,
-            interval_s=cfg.server.hdr_interval_s,
-            before=lambda: None,  # no priority writes here: the writers record them
-        )
-        self.gc_monitor = GcMonitor(clock=self.clock)
-        self.loop_lag = LoopLagMonitor(0.1)
-        self.registry = self._build_registry(bus_collector)
 
     def _build_bus(self) -> Collector:
         """The bus this end subscribes to (host/buses.py) and its collector."""
@@ -145,20 +126,6 @@ class SequencerRole:
             return NatsBusCollector(bus)
         ipc = self.ipc_bus = bus
         return LinkCollector(lambda: [ipc.counters])
-
-    def _build_registry(self, bus_collector: Collector) -> CollectorRegistry:
-        reg = CollectorRegistry()
-        reg.register(SequencerCollector(self.sequencer))
-        reg.register(FrameGridCollector(self.grid))
-        reg.register(IngestCollector(lambda: self.gate, self.failures))
-        reg.register(StageLatencyCollector(lambda: self.rotation.latest))
-        reg.register(StageDurationCollector(lambda: self.stamps.recorders))
-        reg.register(RingProducerCollector(lambda: self.ring.counters))
-        reg.register(bus_collector)
-        reg.register(GcCollector(self.gc_monitor))
-        reg.register(LoopLagCollector(self.loop_lag, max_name=m.EVENT_LOOP_LAG_MAX))
-        register_process_metrics(reg)
-        return reg
 
     # -- one step each (tests call them directly) ----------------------------------------------
     def on_batch(self, batch: TickBatch) -> None:
@@ -220,7 +187,7 @@ class SequencerRole:
     async def run(self) -> int:
         stop = asyncio.Event()
         stop_on_signals(stop)
-        self.gc_monitor.install()
+        self.kit.start()
         tasks: list[asyncio.Task[None]] = []
         try:
             if self.nats_bus is not None:  # subscribed before the first frame
@@ -236,12 +203,10 @@ class SequencerRole:
             state = RoleState(asyncio.get_running_loop())
             sequencer_state(state, view, self.universe, self.sequencer)
             serve_metrics(self.registry, self.spec.run_dir, self.name, state)
-            if self.cfg.server.gc_freeze:
-                self.gc_monitor.freeze_after_warmup()
+            self.kit.freeze()  # when server.gc_freeze says so, after the warm-up
             for coro in (
                 self.frame_loop(),
-                self.rotation.run(),
-                self.loop_lag.run(),
+                *(loop() for loop in self.kit.loops()),
                 watch_host(self.spec.host_pid, stop),
             ):
                 tasks.append(asyncio.ensure_future(coro))
@@ -273,16 +238,11 @@ class SequencerRole:
                 await asyncio.wait_for(self.nats_bus.close(timeout=0.5), ROLE_STOP_S / 2)
             if self.ipc_bus is not None:
                 self.ipc_bus.close()
-        with contextlib.suppress(Exception):
-            await self.rotation.settle(ROLE_STOP_S / 4)
-            self.rotation.rotate_now(final=True)  # every value lands
-        self.hdr_writer.close()
+        await self.histograms.rotation.settle(ROLE_STOP_S / 4)
+        self.kit.close()  # the last partial interval: every value lands
         self.ring.close(unlink=False)  # the host owns the segment
         if self.interest is not None:
             self.interest.close()
-        self.gc_monitor.uninstall()
-        if self.cfg.server.gc_freeze:
-            gc.unfreeze()
         log_event(
             "role_stopped",
             role="sequencer",

@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import asyncio
 
-from prometheus_client import CollectorRegistry
-
 from monotape.clock import Clock, SystemClock
 from monotape.config import Config
 from monotape.log import log_event
@@ -46,8 +44,8 @@ from monotape.platform.host.spec import RoleSpec
 from monotape.platform.host.telemetry import serve_metrics
 from monotape.platform.node.collectors import IngestCollector
 from monotape.platform.node.failures import StageFailures
+from monotape.platform.node.kit import RoleKit
 from monotape.platform.node.pipeline import PUMP_INTERVAL_S
-from monotape.platform.node.process_metrics import register_process_metrics
 from monotape.platform.node.sources import build_sources, handler_plans
 from monotape.platform.wire.batch import batch_from_ticks, split
 
@@ -146,10 +144,12 @@ async def _serve(spec: RoleSpec, cfg: Config) -> int:
     stop = asyncio.Event()
     stop_on_signals(stop)
     watcher = asyncio.create_task(watch_host(spec.host_pid, stop))
-    clock = SystemClock()
-    role = VenueRole(spec, cfg, clock)
-    bus = role.bus = _replay_bus(role, clock) if role.replay is not None else None
-    registry = CollectorRegistry()
+    # The role kit (node/kit.py): the clock, the registry with the process metrics. The
+    # simulated venues stand in for the exchanges: no stage of the tick's is measured here.
+    kit = RoleKit(cfg, spec.name or "venue")
+    role = VenueRole(spec, cfg, kit.clock)
+    bus = role.bus = _replay_bus(role, kit.clock) if role.replay is not None else None
+    registry = kit.registry
     registry.register(IngestCollector(lambda: role.gate, role.failures))
     links = list(role.links)
     if isinstance(bus, NatsTickBus):
@@ -159,7 +159,6 @@ async def _serve(spec: RoleSpec, cfg: Config) -> int:
     elif isinstance(bus, IpcTickBus):
         links.append(bus.counters)
     registry.register(LinkCollector(lambda: links))
-    register_process_metrics(registry)
     serve_metrics(registry, spec.run_dir, role.name)
     log_event(
         "venue_started",

@@ -18,32 +18,18 @@ host that is gone, skips the drain. Every log line carries ``process=writer-N``.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
 import signal
-import socket
 from collections.abc import Iterable, Iterator
-from pathlib import Path
 
 import msgspec
-from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from monotape import metric_names as m
-from monotape.clock import Clock, SystemClock
+from monotape.clock import Clock
 from monotape.config import Config, ServerConfig
-from monotape.histograms import IntervalLogWriter, Recorders
-from monotape.histograms.gc import GcMonitor
-from monotape.invariants import (
-    InvariantMonitor,
-    NativeEntries,
-    NoDanglingEntries,
-    SubscriptionCardinality,
-)
 from monotape.log import log_event
 from monotape.platform.auth import TokenVerifier, build_verifier
-from monotape.platform.core.stamps import StageStamps
 from monotape.platform.host.interest import PriorityInterest
 from monotape.platform.host.lifeline import host_gone, run_role, watch_host
 from monotape.platform.host.ring_feed import RingFeed, RingSnapshots
@@ -52,24 +38,16 @@ from monotape.platform.host.state import RoleView, writer_state
 from monotape.platform.host.telemetry import RoleState, serve_metrics
 from monotape.platform.node.collectors import (
     AuthCollector,
-    FanoutCollector,
-    GcCollector,
-    InvariantCollector,
-    LoopLagCollector,
     RuntimeCollector,
-    StageDurationCollector,
-    StageLatencyCollector,
 )
 from monotape.platform.node.failures import StageFailures
-from monotape.platform.node.pipeline import GcUpkeep
-from monotape.platform.node.process_metrics import register_process_metrics
-from monotape.platform.node.rotation import HistogramRotation
+from monotape.platform.node.fanout_upkeep import FanoutUpkeep
+from monotape.platform.node.kit import RoleKit
 from monotape.platform.node.sources import universe_of
 from monotape.platform.node.supervisor import LoopFactory, Supervisor
 from monotape.platform.ring import ReaderCounters, RingFollower, RingRead, ShmReader
 from monotape.platform.ring.venues import VenueBits
 from monotape.platform.server.endpoint import FanoutServer
-from monotape.platform.server.looplag import LoopLagMonitor
 
 __all__ = ["STOP_AFTER_DRAIN_S", "RingReaderCollector", "WriterRole", "main", "share_of"]
 
@@ -123,8 +101,16 @@ class WriterRole:
     def __init__(self, spec: RoleSpec, cfg: Config, clock: Clock | None = None) -> None:
         self.spec = spec
         self.cfg = cfg
-        self.clock: Clock = clock or SystemClock()
         self.name = spec.name or f"writer-{spec.index}"
+        # The role kit (node/kit.py): clock, registry, GC and loop-lag monitors, and the stage
+        # histograms, this writer's priority writes since its last ring read first.
+        self.kit = RoleKit(cfg, self.name, clock)
+        self.clock: Clock = self.kit.clock
+        self.registry = self.kit.registry
+        self.histograms = self.kit.record_stages(before=lambda: self.server.flush_priority())
+        self.stamps = self.histograms.stamps
+        self.gc_monitor = self.kit.watch_gc()
+        self.loop_lag = self.kit.watch_loop()
         self.reader = ShmReader.attach(spec.ring, spec.index)
         self.interest = PriorityInterest.attach(spec.interest) if spec.interest else None
         if self.interest is not None:
@@ -133,9 +119,7 @@ class WriterRole:
         self.verifier: TokenVerifier | None = (
             build_verifier(cfg.auth, cfg.data_dir, clock=self.clock) if cfg.auth.enabled else None
         )
-        self.stamps = StageStamps(Recorders(start_ms=self.clock.wall_ns() // 1_000_000))
         rec = self.stamps.recorders
-        self.loop_lag = LoopLagMonitor(0.1)
         srv = share_of(cfg.server, spec.writers)
         self.server = FanoutServer(
             srv,
@@ -160,44 +144,14 @@ class WriterRole:
             self.stamps,
             stale=(self.server.stale, VenueBits.of(i.venue for i in universe_of(cfg))),
         )
-        index = self.server.index
-        self.invariants = InvariantMonitor(
-            [
-                SubscriptionCardinality(index, clock=self.clock),
-                NoDanglingEntries(index, lambda: self.server.connections, clock=self.clock),
-                NativeEntries(self.server.writer.audit, clock=self.clock),
-            ],
-            interval_s=srv.invariant_interval_s,
-            clock=self.clock,
-            on_failure=lambda name, exc: self.failures.record("invariants", exc, invariant=name),
-        )
-        self.hdr_writer = IntervalLogWriter(
-            Path(cfg.data_dir) / "hdr",
-            proc=f"{self.name}-{os.getpid()}",
-            host=socket.gethostname(),
-            max_age_s=srv.hdr_max_age_s,
-            max_bytes=srv.hdr_max_bytes,
-        )
-        self.rotation = HistogramRotation(
-            self.stamps,
-            self.hdr_writer,
-            self.clock,
-            interval_s=srv.hdr_interval_s,
-            before=self.server.flush_priority,
-        )
-        self.gc_monitor = GcMonitor(clock=self.clock)
-        self.gc_upkeep = GcUpkeep.for_server(srv, self.gc_monitor, self.server, self.clock)
-        self.registry = CollectorRegistry()
-        for collector in (
-            FanoutCollector(self.server),
-            InvariantCollector(self.invariants),
-            GcCollector(self.gc_monitor, frozen_name=m.GC_FROZEN_OBJECTS),
-            LoopLagCollector(self.loop_lag, max_name=m.EVENT_LOOP_LAG_MAX),
-            StageLatencyCollector(lambda: self.rotation.latest),
-            StageDurationCollector(lambda: self.stamps.recorders),
+        # the node's upkeep of its terminals: heartbeats, invariants, GC (node/fanout_upkeep.py)
+        self.upkeep = FanoutUpkeep(srv, self.server, self.gc_monitor, self.clock, self.failures)
+        self.invariants = self.upkeep.invariants
+        self.gc_upkeep = self.upkeep.gc
+        self.kit.register(
+            *self.upkeep.collectors(),
             RingReaderCollector(self.reader.counters, str(spec.index)),
-        ):
-            self.registry.register(collector)
+        )
         if self.verifier is not None:
             self.registry.register(AuthCollector(self.verifier))
         self.ws_port = 0
@@ -218,7 +172,7 @@ class WriterRole:
             invariants=self.invariants,
             gc_monitor=self.gc_monitor,
             loop_lag=self.loop_lag,
-            hdr_dir=Path(self.cfg.data_dir) / "hdr",
+            hdr_dir=self.histograms.hdr_dir,
         )
 
     # -- what the server and the ring tell it ------------------------------------------------
@@ -257,11 +211,6 @@ class WriterRole:
         self.request_stop(hurry=gone)
 
     # -- the loops -----------------------------------------------------------------------------
-    async def heartbeat_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.cfg.server.heartbeat_s)
-            self.server.publish_heartbeat(self.clock.wall_ns() // 1_000_000)
-
     async def host_watch(self) -> None:
         """The parent-death signal's net (lifeline.watch_host): the host gone means stop now,
         without a drain."""
@@ -270,37 +219,22 @@ class WriterRole:
         self.request_stop(hurry=True)
 
     def _loops(self) -> list[LoopFactory]:
-        srv = self.cfg.server
-        loops: list[LoopFactory] = [
-            self.loop_lag.run,
-            self.heartbeat_loop,
-            self.host_watch,
-            self.invariants.run_forever,
-            self.rotation.run,
-            self.server.stale.run,  # STALE when no frame came for two frame intervals
-        ]
-        if srv.glass_share > 0:
-            loops.append(self.server.glass_loop)
-        if srv.keepalive_interval_s > 0:
-            loops.append(self.server.keepalive_loop)
-        if srv.gc_freeze and srv.gc_refreeze:
-            loops.append(self.gc_upkeep.run)
-        return loops
+        # the loop-lag timer and the 10 s rotation; heartbeats, invariants, STALE, glass,
+        # keepalive and GC upkeep as the config runs them
+        return [*self.kit.loops(), self.host_watch, *self.upkeep.loops()]
 
     # -- lifecycle -----------------------------------------------------------------------------
     async def run(self) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._on_signal, sig)
-        self.gc_monitor.install()
+        self.kit.start()
         self.registry.register(RuntimeCollector(loop))
-        register_process_metrics(self.registry)
         self.ws_port = await self.server.start()
         follower = RingFollower(self.reader, self._on_read, loop)
         follower.start()
-        if self.cfg.server.gc_freeze:
-            log_event("gc_frozen", objects=self.gc_monitor.freeze_after_warmup())
-            self.gc_upkeep.start()
+        self.kit.freeze()  # when server.gc_freeze says so, after the warm-up
+        self.upkeep.start()
         loops = self._loops()
         self.supervisor.start([f() for f in loops], loops)
         # The port file last: the host reads it as "this writer is up". The same port answers
@@ -316,27 +250,13 @@ class WriterRole:
             restarts=self.spec.restarts,
         )
         await self._stop.wait()
-        await self._drain()
+        # Staggered closes with reconnect hints while frames keep flowing (server/drain.py);
+        # new terminals go to the other writers: this one stops listening first.
+        self.server.stop_listening()
+        await self.server.drainer.before_stop(self._hurry)
         follower.stop()
         await self._shut()
         return 1 if self.failed else 0
-
-    async def _drain(self) -> None:
-        """Staggered closes with reconnect hints while frames keep flowing; new terminals go to
-        the other writers (this one stopped listening)."""
-        srv = self.cfg.server
-        server = self.server
-        server.stop_listening()
-        if not (srv.drain_on_stop and server.connections) or self._hurry.is_set():
-            return
-        server.start_drain()
-        drained = asyncio.ensure_future(server.wait_drained(srv.drain_timeout_s))
-        hurried = asyncio.ensure_future(self._hurry.wait())
-        await asyncio.wait({drained, hurried}, return_when=asyncio.FIRST_COMPLETED)
-        for fut in (drained, hurried):
-            fut.cancel()
-        if self._hurry.is_set():
-            log_event("drain_cut_short", remaining=len(server.connections))
 
     async def _shut(self) -> None:
         self.loop_lag.stop()
@@ -345,12 +265,9 @@ class WriterRole:
         except TimeoutError:
             log_event("stop_timeout", level="warning", remaining=len(self.server.connections))
         await self.supervisor.cancel_all()
-        with contextlib.suppress(Exception):  # the last partial interval, if it can be written
-            self.rotation.rotate_now(final=True)
-        self.hdr_writer.close()
+        self.kit.close()  # the last partial interval, if it can be written
         if self.verifier is not None:
             self.verifier.close()
-        self.gc_monitor.uninstall()
         if self.interest is not None:
             self.interest.clear_row(self.spec.index)  # its terminals are gone
             self.interest.close()

@@ -3,41 +3,32 @@
 Everything of the embedded default runs in one event loop: the venue simulator (or a replay),
 two feed handlers per venue, the in-process bus, the sequencer lanes, the 40 ms frame clock, the
 WebSocket fan-out and the admin API. Each piece is a state machine; this module wires them and
-runs their drivers: ticks' sources (sources.py), the pipeline's loops (pipeline.py) under a
-supervisor (supervisor.py), histogram rotation (rotation.py), STALE for down venues
-(venue_watch.py), the collectors (collectors.py) and the admin app (admin.py, admin_server.py).
+runs their drivers: ticks' sources (sources.py), the pipeline's loops (pipeline.py) and the
+fan-out's upkeep (fanout_upkeep.py: heartbeats, invariants, GC upkeep, as a writer process runs
+them) under a supervisor (supervisor.py), STALE for down venues (venue_watch.py), the collectors
+(collectors.py) and the admin app (admin.py, admin_server.py); the instruments every role is
+built with (registry, GC and loop-lag monitors, stage histograms and their rotation) come from
+the role kit (kit.py).
 """
 
 from __future__ import annotations
 
 import asyncio
-import gc
 import os
 import socket
 from pathlib import Path
 
-from prometheus_client import CollectorRegistry
-
-from monotape import metric_names as m
-from monotape.clock import Clock, SystemClock
+from monotape.clock import Clock
 from monotape.config import Config
 from monotape.dashboards.panels import sampled_names
 from monotape.dashboards.sampler import SampleRing, sample_registry
-from monotape.histograms import IntervalLogWriter, Percentiles, Recorders
-from monotape.histograms.gc import GcMonitor
-from monotape.invariants import (
-    InvariantMonitor,
-    NativeEntries,
-    NoDanglingEntries,
-    SubscriptionCardinality,
-)
+from monotape.histograms import Percentiles
 from monotape.log import log_event
 from monotape.platform.auth import TokenVerifier, build_verifier
 from monotape.platform.bus.memory import InProcessBus, TickBus
 from monotape.platform.bus.nats_bus import NatsTickBus
 from monotape.platform.bus.nats_collector import NatsBusCollector
 from monotape.platform.core.sequencer import Sequencer
-from monotape.platform.core.stamps import StageStamps
 from monotape.platform.feeds.epochs import FileEpochStore
 from monotape.platform.feeds.handler import FeedHandler
 from monotape.platform.feeds.replay import ReplayAdapter
@@ -48,17 +39,11 @@ from monotape.platform.node.admin import build_admin_app
 from monotape.platform.node.admin_server import AdminServer
 from monotape.platform.node.collectors import (
     AuthCollector,
-    FanoutCollector,
     FeedCollector,
     FrameGridCollector,
-    GcCollector,
     IngestCollector,
-    InvariantCollector,
-    LoopLagCollector,
     RuntimeCollector,
     SequencerCollector,
-    StageDurationCollector,
-    StageLatencyCollector,
 )
 from monotape.platform.node.datadir_lock import DataDirLock, lock_data_dir
 from monotape.platform.node.endpoints import (
@@ -69,15 +54,14 @@ from monotape.platform.node.endpoints import (
     write_endpoints,
 )
 from monotape.platform.node.failures import StageFailures
-from monotape.platform.node.pipeline import GcUpkeep, Pipeline
-from monotape.platform.node.process_metrics import register_process_metrics
-from monotape.platform.node.rotation import HistogramRotation
+from monotape.platform.node.fanout_upkeep import FanoutUpkeep
+from monotape.platform.node.kit import RoleKit
+from monotape.platform.node.pipeline import Pipeline
 from monotape.platform.node.sources import build_sources
 from monotape.platform.node.supervisor import LoopFactory, Supervisor
 from monotape.platform.node.venue_watch import down_venues
 from monotape.platform.node.watchlist import watchlist_site
 from monotape.platform.server.endpoint import FanoutServer
-from monotape.platform.server.looplag import LoopLagMonitor
 
 __all__ = ["Node"]
 
@@ -85,7 +69,10 @@ __all__ = ["Node"]
 class Node:
     def __init__(self, cfg: Config, clock: Clock | None = None) -> None:
         self.cfg = cfg
-        self.clock: Clock = clock or SystemClock()
+        # The role kit (kit.py): clock, registry, GC and loop-lag monitors, stage histograms.
+        self.kit = RoleKit(cfg, "node", clock)
+        self.clock: Clock = self.kit.clock
+        self.registry = self.kit.registry
         self.data_dir = Path(cfg.data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._dir_lock: DataDirLock | None = None  # taken in start (datadir_lock.py)
@@ -120,9 +107,11 @@ class Node:
         )
         # Stage histograms: every value enters through its stage recorder's buffer (the server's
         # hydrate and glass samples, its priority writes, and the tick stages via the stamps),
-        # rotated every 10 s into interval logs.
-        self.stamps = StageStamps(Recorders(start_ms=self.clock.wall_ns() // 1_000_000))
-        self.loop_lag = LoopLagMonitor(0.1)  # the real clock: a fake one would read no lag
+        # rotated every 10 s into interval logs, the priority writes since the last frame first.
+        self.histograms = self.kit.record_stages(before=lambda: self.server.flush_priority())
+        self.stamps = self.histograms.stamps
+        self.hdr_dir = self.histograms.hdr_dir  # what /admin/latency reads (AdminView)
+        self.loop_lag = self.kit.watch_loop()
         self.server = FanoutServer(
             cfg.server,
             self.universe,
@@ -140,7 +129,6 @@ class Node:
             clock=self.clock,
             feeds=cfg.feeds,
             frame_ns=self.frame_ns,
-            heartbeat_s=cfg.server.heartbeat_s,
             simulator=self.simulator,
             replay=self.replay,
             handlers=self.handlers,
@@ -150,37 +138,13 @@ class Node:
             stamps=self.stamps,
             failures=self.failures,
         )
-        self.invariants = InvariantMonitor(
-            [
-                SubscriptionCardinality(self.server.index, clock=self.clock),
-                NoDanglingEntries(
-                    self.server.index, lambda: self.server.connections, clock=self.clock
-                ),
-                NativeEntries(self.server.writer.audit, clock=self.clock),
-            ],
-            interval_s=cfg.server.invariant_interval_s,
-            clock=self.clock,
-            on_failure=lambda name, exc: self.failures.record("invariants", exc, invariant=name),
+        # GC pauses and event-loop lag, overlaid on the latency timeline; what keeps the
+        # terminals beside the frames (heartbeats, invariants, GC upkeep: fanout_upkeep.py).
+        self.gc_monitor = self.kit.watch_gc()
+        self.upkeep = FanoutUpkeep(
+            cfg.server, self.server, self.gc_monitor, self.clock, self.failures
         )
-        self.hdr_dir = self.data_dir / "hdr"
-        self.hdr_writer = IntervalLogWriter(
-            self.hdr_dir,
-            proc=f"node-{os.getpid()}",
-            host=socket.gethostname(),
-            max_age_s=cfg.server.hdr_max_age_s,
-            max_bytes=cfg.server.hdr_max_bytes,
-        )
-        self.rotation = HistogramRotation(
-            self.stamps,
-            self.hdr_writer,
-            self.clock,
-            interval_s=cfg.server.hdr_interval_s,
-            before=self.server.flush_priority,
-        )
-        # GC pauses and event-loop lag, overlaid on the latency timeline.
-        self.gc_monitor = GcMonitor(clock=self.clock)
-        self.gc_upkeep = GcUpkeep.for_server(cfg.server, self.gc_monitor, self.server, self.clock)
-        self.registry = CollectorRegistry()
+        self.invariants = self.upkeep.invariants  # what /admin/invariants reads (AdminView)
         self._register_collectors()
         # The embedded dashboards' history: the panels' metrics, sampled every second.
         self.dashboard_ring = SampleRing(sampled_names())
@@ -201,22 +165,18 @@ class Node:
 
     # -- building ------------------------------------------------------------------------------
     def _register_collectors(self) -> None:
+        """The node's stages' collectors, beside the kit's (GC, loop lag, stage histograms,
+        process)."""
         reg = self.registry
         if self.nats_bus is not None:
             reg.register(NatsBusCollector(self.nats_bus))
         reg.register(SequencerCollector(self.sequencer))
-        reg.register(FanoutCollector(self.server))
         reg.register(FrameGridCollector(self.pipeline.grid))
         reg.register(FeedCollector(lambda: self.handlers))
         reg.register(IngestCollector(lambda: self.gate, self.failures))
         if self.verifier is not None:
             reg.register(AuthCollector(self.verifier))
-        reg.register(InvariantCollector(self.invariants))
-        reg.register(GcCollector(self.gc_monitor, frozen_name=m.GC_FROZEN_OBJECTS))
-        reg.register(LoopLagCollector(self.loop_lag, max_name=m.EVENT_LOOP_LAG_MAX))
-        reg.register(StageLatencyCollector(lambda: self.rotation.latest))
-        # The same values as bucket counts, which add across processes and hosts
-        reg.register(StageDurationCollector(lambda: self.stamps.recorders))
+        self.kit.register(*self.upkeep.collectors())
 
     # -- what the admin API and the tests read (AdminView) -------------------------------------
     @property
@@ -230,11 +190,11 @@ class Node:
     @property
     def latest_latency(self) -> dict[str, Percentiles]:
         """Percentiles per stage of the last closed 10 s interval."""
-        return self.rotation.latest
+        return self.histograms.rotation.latest
 
     def rotate_histograms(self, *, final: bool = False) -> None:
         """Rotate on the loop, write in place: for a stop (``final``) and for tests."""
-        self.rotation.rotate_now(final=final)
+        self.histograms.rotation.rotate_now(final=final)
 
     def _overloaded(self) -> bool:
         return self.loop_lag.last_ns > self.cfg.server.admission_max_lag_ms * 1e6
@@ -245,14 +205,9 @@ class Node:
         loops: list[LoopFactory] = [
             self.pipeline.pump_loop,
             self.pipeline.frame_loop,
-            self.pipeline.heartbeat_loop,
             self.pipeline.chaos_loop,
-            self.rotation.run,
-            self.gc_upkeep.run,
-            self.server.glass_loop,
-            self.server.keepalive_loop,
-            self.invariants.run_forever,
-            self.server.stale.run,
+            self.histograms.rotation.run,
+            *self.upkeep.restartable(),
         ]
         return {loop.__qualname__: loop for loop in loops}
 
@@ -267,7 +222,7 @@ class Node:
             raise
 
     async def _start(self) -> None:
-        self.gc_monitor.install()
+        self.kit.start()
         if self.nats_bus is not None:
             servers = [u.strip() for u in self.cfg.nats.servers.split(",") if u.strip()]
             await self.nats_bus.connect(servers, timeout_s=self.cfg.nats.connect_timeout_s)
@@ -279,28 +234,17 @@ class Node:
                 "handler_started", venue=handler.venue, handler=handler.name, epoch=record.epoch
             )
         self.registry.register(RuntimeCollector(asyncio.get_running_loop()))
-        register_process_metrics(self.registry)  # RSS, CPU seconds, open fds, CPU wait
         await self._listen()
         srv = self.cfg.server
-        if srv.gc_freeze:
-            log_event("gc_frozen", objects=self.gc_monitor.freeze_after_warmup())
-            self.gc_upkeep.start()
+        self.kit.freeze()  # when server.gc_freeze says so, after the warm-up
+        self.upkeep.start()
         loops = [
-            self.loop_lag.run(),
+            *(loop() for loop in self.kit.loops()),
             self.pipeline.pump_loop(),
             self.pipeline.frame_loop(),
-            self.pipeline.heartbeat_loop(),
-            self.invariants.run_forever(),
-            self.rotation.run(),
-            self.server.stale.run(),
+            *(loop() for loop in self.upkeep.loops()),
             sample_registry(self.dashboard_ring, self.registry, self.clock, self.loop_lag),
         ]
-        if srv.glass_share > 0:
-            loops.append(self.server.glass_loop())
-        if srv.keepalive_interval_s > 0:
-            loops.append(self.server.keepalive_loop())
-        if srv.gc_freeze and srv.gc_refreeze:
-            loops.append(self.gc_upkeep.run())
         if self.cfg.feeds.restart_every_s > 0 and self.handlers:
             loops.append(self.pipeline.chaos_loop())
         self.supervisor.start(loops, self._restartable().values())
@@ -357,20 +301,10 @@ class Node:
         self.ready = False
         if self.endpoints is not None:
             remove_endpoints(self.data_dir, self.endpoints.pid)  # no client dials a leaving node
-        if self.cfg.server.drain_on_stop and self.server.connections and not self._hurry.is_set():
-            # SIGTERM drains like POST /admin/drain: terminals leave staggered, not as a storm.
-            self.server.start_drain()
-            drained = asyncio.ensure_future(
-                self.server.wait_drained(self.cfg.server.drain_timeout_s)
-            )
-            hurried = asyncio.ensure_future(self._hurry.wait())
-            await asyncio.wait({drained, hurried}, return_when=asyncio.FIRST_COMPLETED)
-            for fut in (drained, hurried):
-                fut.cancel()
-            if self._hurry.is_set():
-                log_event("drain_cut_short", remaining=len(self.server.connections))
+        # SIGTERM drains like POST /admin/drain: terminals leave staggered, not as a storm.
+        await self.server.drainer.before_stop(self._hurry)
         self.loop_lag.stop()
-        await self.rotation.settle(10)
+        await self.histograms.rotation.settle(10)
         await self.server.stop()
         await self.supervisor.cancel_all()
         if self.nats_bus is not None:
@@ -378,13 +312,9 @@ class Node:
         await self._admin.stop()
         for handler in self.handlers:
             handler.stop()
-        self.rotate_histograms(final=True)  # the last partial interval too: every value lands
-        self.hdr_writer.close()
+        self.kit.close()  # the last partial interval too: every value lands; GC unfrozen
         if self.verifier is not None:
             self.verifier.close()
-        self.gc_monitor.uninstall()
-        if self.cfg.server.gc_freeze:
-            gc.unfreeze()  # a node inside a test process must not leave its objects frozen
         if self._dir_lock is not None:
             self._dir_lock.release()  # last: the data dir is free once its files are written
         # The node's own accounting, next to which the interval logs must add up exactly.

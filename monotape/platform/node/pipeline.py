@@ -4,24 +4,23 @@ venue (simulator or replay) -> both feed handlers of the venue -> (after their l
 the sequencer's lanes (admit) -> the 40 ms frame -> the fan-out. Each stage is a state machine;
 the loops here only move values between them, stamp them for the stage histograms and contain
 what one iteration raised (``StageFailures``), so one bad batch or frame never takes the tape
-down. The supervisor (``supervisor.py``) starts these loops again if one dies anyway.
+down. The supervisor (``supervisor.py``) starts these loops again if one dies anyway. What runs
+beside the frames to keep the terminals (heartbeats, invariants, GC upkeep) is the fan-out's
+upkeep (fanout_upkeep.py), a writer process's too.
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 
 import numpy as np
 
 from monotape.clock import Clock
-from monotape.config import FeedConfig, ServerConfig
-from monotape.histograms.gc import GcMonitor
+from monotape.config import FeedConfig
 from monotape.log import log_event
 from monotape.platform.bus.memory import TickBus
-from monotape.platform.core.gc_policy import FreezeAction, FreezePolicy
 from monotape.platform.core.sequencer import Sequencer
 from monotape.platform.core.stamps import StageStamps
 from monotape.platform.feeds.handler import FeedHandler
@@ -33,7 +32,7 @@ from monotape.platform.node.grid import GridCounts, run_frame_grid
 from monotape.platform.server.endpoint import FanoutServer
 from monotape.platform.wire.batch import TickBatch, batch_from_ticks
 
-__all__ = ["PUMP_INTERVAL_S", "GcUpkeep", "Pipeline"]
+__all__ = ["PUMP_INTERVAL_S", "Pipeline"]
 
 PUMP_INTERVAL_S = 0.001  # handlers' delay lines are drained at ~1 ms resolution
 
@@ -48,7 +47,6 @@ class Pipeline:
         clock: Clock,
         feeds: FeedConfig,
         frame_ns: int,
-        heartbeat_s: float,
         simulator: VenueSimulator | None,
         replay: ReplayAdapter | None,
         handlers: Sequence[FeedHandler],
@@ -61,7 +59,6 @@ class Pipeline:
         self.clock = clock
         self.feeds = feeds
         self.frame_ns = frame_ns
-        self.heartbeat_s = heartbeat_s
         self.simulator = simulator
         self.replay = replay
         self.handlers = handlers
@@ -155,11 +152,6 @@ class Pipeline:
         # twice, never early; a frame that raises is one frame lost, not the tape.
         await run_frame_grid(self.clock.now_ns, self.frame_ns, self.frame, self.failures, self.grid)
 
-    async def heartbeat_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.heartbeat_s)
-            self.server.publish_heartbeat(self.clock.wall_ns() // 1_000_000)
-
     async def chaos_loop(self) -> None:
         """Restart one handler of every venue on a schedule: proves a restart never yields a
         regression or a frozen symbol."""
@@ -182,77 +174,6 @@ class Pipeline:
                     epoch=record.epoch,
                     fence_ts_ns=record.fence_ts_ns,
                 )
-
-
-class GcUpkeep:
-    """Freeze new connections once they settle; reclaim closed ones' cycles now and then
-    (monotape/platform/core/gc_policy.py says why)."""
-
-    def __init__(
-        self, policy: FreezePolicy, monitor: GcMonitor, server: FanoutServer, clock: Clock
-    ) -> None:
-        self.policy = policy
-        self.monitor = monitor
-        self._server = server
-        self._clock = clock
-
-    @classmethod
-    def for_server(
-        cls, srv: ServerConfig, monitor: GcMonitor, server: FanoutServer, clock: Clock
-    ) -> GcUpkeep:
-        """The policy as ``server.gc_*`` configures it (node and writer alike)."""
-        policy = FreezePolicy(
-            settle_s=srv.gc_refreeze_settle_s,
-            reclaim_closed=srv.gc_reclaim_closed,
-            refreeze_opened=srv.gc_refreeze_opened,
-            refreeze_every_s=srv.gc_refreeze_every_s,
-            pause_budget_ms=srv.gc_pause_budget_ms,
-            min_lifetime_s=srv.gc_min_lifetime_s,
-            reclaim_forced_closed=srv.gc_reclaim_forced_closed,
-        )
-        return cls(policy, monitor, server, clock)
-
-    def start(self) -> None:
-        """After the warm-up freeze: the counts so far are frozen."""
-        self.monitor.take_gen2_peak_ms()  # the warm-up collection is no steady-state pause
-        self.policy.start(*self.opened_closed(), now_s=self._clock.now_ns() / 1e9)
-
-    def opened_closed(self) -> tuple[int, int]:
-        stats = self._server.stats
-        return stats.connections_total, sum(stats.disconnects.values())
-
-    async def run(self) -> None:
-        while True:
-            await asyncio.sleep(1.0)
-            self.step()
-
-    def step(self) -> FreezeAction:
-        """One decision, acted on."""
-        opened, closed = self.opened_closed()
-        peak_ms = self.monitor.take_gen2_peak_ms()
-        action = self.policy.decide(self._clock.now_ns() / 1e9, opened, closed, peak_ms)
-        if action is FreezeAction.FREEZE:
-            t0 = time.perf_counter()
-            frozen = self.monitor.refreeze()
-            log_event(
-                "gc_refrozen",
-                level="debug",
-                frozen_objects=frozen,
-                pause_ms=round((time.perf_counter() - t0) * 1e3, 2),
-                gen2_pause_ms=round(peak_ms, 2),
-            )
-        elif action is FreezeAction.RECLAIM:
-            t0 = time.perf_counter()
-            freed = self.monitor.reclaim()
-            log_event(
-                "gc_reclaimed",
-                freed=freed,
-                pause_ms=round((time.perf_counter() - t0) * 1e3, 2),
-                frozen_objects=self.monitor.frozen_now,
-            )
-        if action is not FreezeAction.NONE:
-            self.monitor.take_gen2_peak_ms()  # our own collection is not a budget overrun
-        return action
 
 
 def _by_venue(handlers: Sequence[FeedHandler]) -> dict[str, list[FeedHandler]]:

@@ -81,6 +81,22 @@ class DrainDriver:
             return False
         return True
 
+    async def before_stop(self, hurry: asyncio.Event) -> None:
+        """A stop's drain (``drain_on_stop``), the node's and a writer's alike: terminals leave
+        staggered with reconnect hints while frames keep flowing, not as a storm, until every
+        one is closed, ``drain_timeout_s`` has passed, or ``hurry`` is set (a second Ctrl-C or
+        SIGTERM, a host that is gone): the rest are then closed at once by the stop."""
+        if not (self.cfg.drain_on_stop and self.terminals.connections) or hurry.is_set():
+            return
+        self.start()
+        drained = asyncio.ensure_future(self.wait(self.cfg.drain_timeout_s))
+        hurried = asyncio.ensure_future(hurry.wait())
+        await asyncio.wait({drained, hurried}, return_when=asyncio.FIRST_COMPLETED)
+        for fut in (drained, hurried):
+            fut.cancel()
+        if hurry.is_set():
+            log_event("drain_cut_short", remaining=len(self.terminals.connections))
+
     def resume(self) -> bool:
         """Take new terminals again after a drain; False if there was no drain; a drain still
         running is stopped where it is."""
