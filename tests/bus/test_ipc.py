@@ -266,6 +266,27 @@ async def test_a_wake_ups_batches_go_as_one_message(run_dir: Path) -> None:
         sequencer.close()
 
 
+async def test_a_message_longer_than_the_receiver_takes_is_malformed_never_cut(
+    run_dir: Path,
+) -> None:
+    """A message past the receiving end's size is counted malformed whole (MSG_TRUNC tells its
+    real length), not read as its first 60 kB; the next message reads as usual."""
+    sequencer, handler, got = _ends(run_dir)
+    raw = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        raw.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
+        raw.connect(str(bus_path(run_dir)))
+        raw.send(bytes(MAX_MESSAGE_BYTES + 500))
+        handler.publish(_ours(range(1, 4)))
+        await until(lambda: got.count == 3, "the batch after the long message")
+        assert sequencer.counters.malformed_messages == 1
+        assert sequencer.counters.received_messages == 2
+    finally:
+        raw.close()
+        handler.close()
+        sequencer.close()
+
+
 def test_split_keeps_order_and_size() -> None:
     ticks = [_tick(i) for i in range(300)]
     batch = _batch(ticks)

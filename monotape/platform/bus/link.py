@@ -256,19 +256,24 @@ class LinkReceiver:
         if conn is None:
             return
         counters = self.counters
+        buf = self._buf
+        most = len(buf) - 1
         for _ in range(_READS_PER_WAKE):
             try:
-                n, _anc, flags, _addr = conn.recvmsg_into([self._buf])
+                # MSG_TRUNC: the message's whole length even when the buffer holds less (a
+                # SEQPACKET socket, Linux), so a message too long shows, never a silent cut;
+                # recv_into, not recvmsg_into: no tuple and no ancillary list per message
+                n = conn.recv_into(buf, 0, _TRUNC)
             except (BlockingIOError, InterruptedError):
                 return
             except OSError:
                 self._drop_peer(fd)
                 return
-            if n == 0 and not flags & _TRUNC:
+            if n == 0:
                 self._drop_peer(fd)  # end of stream: the sender closed or died
                 return
             counters.received_messages += 1
-            if flags & _TRUNC or n > len(self._buf) - 1:
+            if n > most:
                 counters.malformed_messages += 1
                 continue
             try:

@@ -75,20 +75,27 @@ class FeedGroup:
         return sum(b.count for b in batches)
 
     def next_due_ns(self) -> int | None:
-        heads = [d for r in self.roles if (d := r.handler.next_due_ns) is not None]
-        # a handler with nothing due still beats (HandlerRole.due), so the process wakes for it
-        beats = [r.next_beat_ns for r in self.roles if r.handler.up]
-        return min(heads + beats) if heads or beats else None
+        """The earliest delay-line head, or liveness beat, of the process's handlers (a handler
+        with nothing due still beats: HandlerRole.due, so the process wakes for it)."""
+        due: int | None = None
+        for role in self.roles:
+            handler = role.handler
+            if not handler.up:
+                continue
+            head = handler.next_due_ns
+            soonest = role.next_beat_ns if head is None else min(head, role.next_beat_ns)
+            if due is None or soonest < due:
+                due = soonest
+        return due
 
-    def _head_arrived(self) -> None:
-        """A handler's empty delay line got an update: arm for it if it is due before the
-        timer set (or there is none). Otherwise the timer wakes first, and re-arms."""
-        if self._wake is not None and (self._timer is None or self._due_before_timer()):
+    def _head_arrived(self, due: int) -> None:
+        """A handler's empty delay line got an update due at ``due``: arm for it if that is
+        before the timer set (or there is none). Otherwise the timer wakes first, and re-arms.
+        One comparison: this runs for most feed messages (a handler's delay line empties
+        between its venue's messages), and a scan of every handler here cost more than the
+        message."""
+        if self._wake is not None and (self._timer is None or due < self._timer_due):
             self._arm(self._wake)
-
-    def _due_before_timer(self) -> bool:
-        due = self.next_due_ns()
-        return due is not None and due < self._timer_due
 
     def _arm(self, wake: asyncio.Event) -> None:
         """The driver's timer: ``wake`` when the earliest head is due (none: no timer)."""

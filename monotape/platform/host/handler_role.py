@@ -103,7 +103,7 @@ class HandlerRole:
         self._beat_at = 0  # the last time this handler put anything on the bus (monotonic ns)
         # Called when an update lands in an empty delay line (the driver's timer may be for
         # later than this new head, or there may be none).
-        self.on_head: Callable[[], None] | None = None
+        self.on_head: Callable[[int], None] | None = None  # called with the new head's due time
         self._next_epoch_check = 0
         self._epoch_file: tuple[int, int, int] | None = None  # its (inode, mtime, size) read
 
@@ -137,11 +137,12 @@ class HandlerRole:
         self.feed.received_items += updates.count
         idle = self.handler.next_due_ns is None
         self.handler.on_venue(updates)
-        if idle and self.on_head is not None:
+        head = self.handler.next_due_ns
+        if idle and head is not None and self.on_head is not None:
             # The delay line was empty: tell the driver about the new head rather than wake
             # it to look (a loop pass and a pump for nothing, ~350 a second per handler at
             # the default rate).
-            self.on_head()
+            self.on_head(head)
 
     def due(self, now: int | None = None) -> list[TickBatch]:
         """What is due at ``now`` (default: the clock's now; not yet published); the twin's
