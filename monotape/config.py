@@ -224,11 +224,28 @@ def available_cores() -> int:
         return os.cpu_count() or 1
 
 
+# "auto" runs the host (a tree of processes) from this many cores, the one-process node below.
+# Measured on 2 cores (bench_latency --writers 2 --rates 120000, 4,200 terminals, 3 runs
+# alternated; docs/benchmarks.md "Which placement on 2 cores"): the node's tick_to_write p99
+# 58 ms against the host's 257, its priority p99 0.6 ms against 244, 23.2 frames/s a terminal
+# against 13.6: on two cores the host's six processes wait for each other's core. From three
+# cores the host has one for ingest, and its writers the rest (not measured here: this box has
+# two).
+HOST_FROM_CORES = 3
+
+
+def auto_placement(cores: int) -> int:
+    """The writers "auto" gives on ``cores`` cores: 0 (the one-process node) below
+    ``HOST_FROM_CORES``, else one per core, at most 16."""
+    return 0 if cores < HOST_FROM_CORES else min(MAX_WRITERS, cores)
+
+
 class HostConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """The process model (docs/processes.md): ``writers = N`` runs a host that supervises a
     sequencer, N writer processes sharing the WebSocket port (SO_REUSEPORT), two feed handler
-    processes per venue and the venue; ``"auto"`` (the default) is one writer per core
-    (``writer_count``); ``0`` runs everything in one process (the node, for laptops and tests).
+    processes per venue and the venue; ``"auto"`` (the default) is the placement faster on this
+    machine (``writer_count``: the node below ``HOST_FROM_CORES`` cores, else a writer per
+    core); ``0`` runs everything in one process (the node).
     Flags: ``monotape run --writers N`` / ``--single-process``."""
 
     # At most 16: the frame ring's reader slots.
@@ -265,12 +282,13 @@ class HostConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
     @property
     def writer_count(self) -> int:
-        """``writers`` as a number: "auto" is the cores this process may run on (its CPU
-        affinity, which a container or ``taskset`` narrows; ``os.cpu_count()`` where there is
-        none), at least 1, at most 16."""
+        """``writers`` as a number. "auto" is the placement that is faster on this machine
+        (``auto_placement``): on fewer than ``HOST_FROM_CORES`` cores the one-process node (0),
+        else a writer per core this process may run on (its CPU affinity, which a container or
+        ``taskset`` narrows; ``os.cpu_count()`` where there is none), at most 16."""
         if self.writers != "auto":
             return self.writers
-        return max(1, min(MAX_WRITERS, available_cores()))
+        return auto_placement(available_cores())
 
 
 class Config(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -293,7 +311,7 @@ class Config(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
 # What a field takes, in one line, where msgspec's own error would not say it.
 _RULES: Final[dict[str, str]] = {
-    "host.writers": 'must be "auto" (a writer process per core) or a whole number 0-16 '
+    "host.writers": 'must be "auto" (the placement faster on this machine) or a whole number 0-16 '
     "(0: everything in one process)",
 }
 

@@ -85,9 +85,10 @@ STARTUP_S = 90.0
 
 
 def start_server(data_dir: Path, *args: str, env: dict[str, str] | None = None) -> RunningServer:
-    # Which process model the e2e tests run. The product's default (no flag: a host with a
-    # writer process per core, 6 processes here) runs in tests/e2e/test_host_views.py, one
-    # module-scoped host shared by the cheap product-level checks (the banner, `monotape tape`
+    # Which process model the e2e tests run. The host with a writer process per core (what
+    # the default "auto" runs from 3 cores; below, "auto" is the one-process node) runs in
+    # tests/e2e/test_host_views.py, one module-scoped host shared by the cheap product-level
+    # checks (the banner, `monotape tape`
     # and `monotape symbols` as a person runs them, the views, the watchlist); the host's
     # own behaviour is in tests/e2e/test_host*.py (--writers N) and the soak's in
     # tests/loadgen/test_soak_host.py. The tests that start a node here are about the

@@ -52,7 +52,7 @@ from bench.e2e.bench_latency import (
     measure,
 )
 from bench.wsclient import FLOOR, CountingClient, Counts, client_frame
-from monotape.config import Config
+from monotape.config import MAX_WRITERS, Config, available_cores
 from monotape.loadgen.launch import RunningNode, sum_samples
 from monotape.metric_names import (
     FRAME_BOUNDARIES,
@@ -381,8 +381,9 @@ def _frame_ms() -> float:
 
 
 def default_writers() -> int:
-    """The writers ``monotape run``'s host starts by default here (one per core), at least 1."""
-    return max(1, Config().host.writer_count)
+    """The writers of a host with one per core here, at least 1: the host as "auto" runs it
+    from 3 cores (on 2, "auto" runs the one-process node: config.auto_placement)."""
+    return max(1, min(MAX_WRITERS, available_cores()))
 
 
 # -- rows --------------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Final
 from msgspec.structs import replace
 
 from monotape.commands.clientside import ClientError
-from monotape.config import Config
+from monotape.config import HOST_FROM_CORES, Config, auto_placement, available_cores
 from monotape.log import log_event
 from monotape.platform.server.sendmany import describe
 
@@ -70,7 +70,7 @@ def banner(node: Node, cfg: Config, fallback: str | None = None) -> str:
     processes = (
         f"one: {fallback} (docs/processes.md)"
         if fallback
-        else "one (without --single-process: a writer process per core, docs/processes.md)"
+        else "one (as asked; --writers N runs the host, docs/processes.md)"
     )
     dd, cli = _client_words(cfg)
     return (
@@ -282,17 +282,26 @@ NODE_ONLY: Final[tuple[tuple[str, Callable[[Config], bool]], ...]] = (
 def node_only_reason(cfg: Config) -> str | None:
     """Why "auto" writers resolve to the one-process node here, in words (None: they do not)."""
     node_only = [flag for flag, on in NODE_ONLY if on(cfg)]
-    if cfg.host.writers != "auto" or not node_only:
+    if cfg.host.writers != "auto":
         return None
-    return (
-        f"{' and '.join(node_only)} needs the one-process node: the multi-process host does "
-        f"not support {'them' if len(node_only) > 1 else 'it'} yet"
-    )
+    if node_only:
+        return (
+            f"{' and '.join(node_only)} needs the one-process node: the multi-process host "
+            f"does not support {'them' if len(node_only) > 1 else 'it'} yet"
+        )
+    cores = available_cores()
+    if auto_placement(cores) == 0:
+        return (
+            f'"auto" on {cores} core{"" if cores == 1 else "s"}: the one-process node, faster '
+            f"than the host below {HOST_FROM_CORES} cores (--writers N runs the host)"
+        )
+    return None
 
 
 def process_model(cfg: Config) -> Config:
-    """``cfg`` with ``host.writers`` a number: "auto" is one writer per core, or 0 (the
-    one-process node, said in one log line) when a setting only that node honours is on; an
+    """``cfg`` with ``host.writers`` a number: "auto" is the placement faster on this machine
+    (``config.auto_placement``), or 0 (the one-process node, said in one log line) when a
+    setting only that node honours is on; an
     explicit ``--writers N`` with such a setting is refused rather than half obeyed."""
     writers = cfg.host.writers
     node_only = [flag for flag, on in NODE_ONLY if on(cfg)]

@@ -93,7 +93,7 @@ class SoakConfig(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_field
     @property
     def writer_count(self) -> int:
         """The writers the soaked ``monotape run`` starts: ``writers``, or for None the
-        product default's (``host.writers = "auto"``: one per core of this machine)."""
+        product default's (``host.writers = "auto"``: the placement faster on this machine)."""
         return HostConfig().writer_count if self.writers is None else self.writers
 
     @property

@@ -16,6 +16,7 @@ import signal
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -37,15 +38,19 @@ from tests.e2e.test_dashboards_browser import (  # the node's browser test's fix
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
+WRITERS = max(1, min(16, available_cores()))  # a writer per core, as "auto" runs the host
+
 
 @pytest.fixture(scope="module")
 def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     tmp = tmp_path_factory.mktemp("views")
     env = {"MONOTAPE_HOST__RUN_BASE": str(tmp), "MONOTAPE_HOST__SCRAPE_TIMEOUT_S": "10"}
-    # The product's default (no --writers, no --single-process): a writer process per core.
+    # The host with a writer process per core, as "auto" runs it from 3 cores (on 2 "auto" is
+    # the one-process node: test_the_default_is_the_placement_faster_here).
     running = launch(
-        tmp / "data", "--rate", "2000", env={**NO_LAG_SHEDDING, **env}, timeout_s=STARTUP_S
-    )
+        tmp / "data", "--rate", "2000", "--writers", str(WRITERS),
+        env={**NO_LAG_SHEDDING, **env}, timeout_s=STARTUP_S,
+    )  # fmt: skip
     yield running
     assert running.stop(timeout=40, sig=signal.SIGTERM) == 0, "".join(running.tail)
 
@@ -76,8 +81,8 @@ def post_json(host: RunningServer, path: str, body: object) -> tuple[int, dict[s
         return exc.code, json.loads(exc.read())
 
 
-def test_the_default_is_the_host_and_its_banner_says_what_listens(host: RunningServer) -> None:
-    writers = min(16, available_cores())
+def test_the_hosts_banner_says_what_listens(host: RunningServer) -> None:
+    writers = WRITERS
     names = {r["name"] for r in get_json(host, "/admin/processes", host.admin_token)["processes"]}
     assert {n for n in names if n.startswith("writer-")} == {f"writer-{i}" for i in range(writers)}
     banner = "".join(host.output)
@@ -96,13 +101,29 @@ def test_the_default_is_the_host_and_its_banner_says_what_listens(host: RunningS
     assert set(by_process.values()) == {native}, by_process
 
 
+def test_the_default_is_the_placement_faster_here(tmp_path: Path) -> None:
+    """Bare ``monotape run`` ("auto"): below 3 cores the one-process node, said on the banner's
+    processes line with the way to run the host; from 3, the host, a writer per core."""
+    cores = available_cores()
+    running = launch(tmp_path / "data", "--rate", "2000", env=NO_LAG_SHEDDING, timeout_s=STARTUP_S)
+    try:
+        banner = "".join(running.output)
+        if cores < 3:
+            assert f'one: "auto" on {cores} core' in banner, banner
+            assert "--writers N runs the host" in banner and "under host pid" not in banner
+        else:
+            assert f"under host pid {running.proc.pid}" in banner, banner
+    finally:
+        assert running.stop(timeout=40, sig=signal.SIGTERM) == 0, "".join(running.tail)
+
+
 async def test_the_timeline_names_each_process_gc_pauses(host: RunningServer) -> None:
     admin = host.mint(admin=True)
     assert status_of(host, "/admin/latency/timeline") == 401
     # A full collection in every process that runs a GC monitor (the host's /admin/gc/collect):
     # each pauses once in gen 2, and the timeline must say who paused.
     host.post("/admin/gc/collect", admin, timeout=30)
-    want = {"sequencer"} | {f"writer-{i}" for i in range(min(16, available_cores()))}
+    want = {"sequencer"} | {f"writer-{i}" for i in range(WRITERS)}
     seen: set[str] = set()
     body: dict[str, Any] = {}
 
