@@ -1,6 +1,6 @@
 """Metric families for custom prometheus_client collectors, built one way for every room.
 
-The collectors (node/collectors.py, ring/collector.py) turn plain int counts into families only
+The collectors (role/collectors.py, ring/collector.py) turn plain int counts into families only
 when /metrics is read; the helpers they share live here, below every room that exports, so a
 low room (the ring) need not import the node's collectors to reuse one. Names come from
 ``metric_names``.

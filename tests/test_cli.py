@@ -33,7 +33,7 @@ from monotape.commands.clientside import (
 )
 from monotape.commands.flags import port, positive_float, positive_int, seconds
 from monotape.config import load_config
-from monotape.platform.node.endpoints import endpoints_for, read_endpoints, write_endpoints
+from monotape.platform.role.endpoints import endpoints_for, read_endpoints, write_endpoints
 from tests.conftest import CLIENT_COMMANDS
 
 
@@ -126,7 +126,7 @@ def test_a_data_dir_in_use_is_one_line_naming_it_and_its_pid(
     capsys: pytest.CaptureFixture[str], fresh_dir: Path, model: str
 ) -> None:
     # Held here as a running `monotape run` holds it; the refusal comes before anything starts.
-    from monotape.platform.node.datadir_lock import lock_data_dir
+    from monotape.platform.role.datadir_lock import lock_data_dir
 
     state = fresh_dir / "state"
     held = lock_data_dir(state)

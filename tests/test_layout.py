@@ -7,8 +7,8 @@ Three rules, each test reporting every offender in one failure message:
     ``if TYPE_CHECKING:`` (a type dependency is still a dependency).
 (b) ``platform/core`` and ``platform/wire`` are Sans-I/O: no module there imports a library that
     does I/O (``IO_MODULES``, direct imports) or reaches a room that does (``IO_ROOMS``: server,
-    node, bus, sdk, loadgen) through any chain of imports; and no product module imports the
-    tools that aim load at a node (``monotape.loadgen``) or the test fixtures
+    node, role, admin, bus, sdk, loadgen) through any chain of imports; and no product module
+    imports the tools that aim load at a node (``monotape.loadgen``) or the test fixtures
     (``monotape.testing``), the command line's ``monotape load`` aside (``TOOL_DISPATCHERS``).
 (c) Every module is at most ``MAX_LINES`` lines, unless its module docstring (or, without one,
     its leading comment block) carries a line starting with ``Size:`` (the marker, any case)
@@ -59,6 +59,8 @@ IO_MODULES = frozenset(
 IO_ROOMS = (
     "monotape.platform.server",
     "monotape.platform.node",
+    "monotape.platform.role",
+    "monotape.platform.admin",
     "monotape.platform.bus",
     "monotape.platform.sdk",
     "monotape.loadgen",
@@ -280,7 +282,8 @@ def test_sans_io_rooms_and_no_tools_in_the_product(modules: dict[str, Module]) -
     _check(
         io_offenders(modules),
         "forbidden import(s): core/wire doing I/O (io) or product importing loadgen/testing",
-        "core/ and wire/ take values and return values; I/O lives in server/, node/, bus/, sdk/.",
+        "core/ and wire/ take values and return values; "
+        "I/O lives in server/, node/, role/, admin/, bus/, sdk/.",
     )
 
 

@@ -65,7 +65,7 @@ import numpy as np
 
 from bench.common import Row, median_min_max, pin_to_cpu, raise_nofile, row
 from bench.wsclient import CountingClient, Counts, client_frame
-from monotape.platform.node.process_metrics import parse_schedstat
+from monotape.platform.role.process_metrics import parse_schedstat
 
 __all__ = ["Workload", "run"]
 

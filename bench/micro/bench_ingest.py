@@ -42,7 +42,7 @@ __all__ = ["make_stream", "run"]
 SYMBOLS = 2_400
 VENUES = ("XNAS", "XNYS", "XLON", "XPAR", "XETR", "XTKS")
 RATE = 120_000  # updates/s of the simulated feed (design peak); each delivered twice
-PUMP_NS = 1_000_000  # handlers' delay lines drained every 1 ms (node/pipeline.py PUMP_INTERVAL_S)
+PUMP_NS = 1_000_000  # handlers' delay lines drained every 1 ms (feeds/handler.py PUMP_INTERVAL_S)
 TARGET = 400_000
 RUNS = 5
 

@@ -2,7 +2,7 @@
 
 The client commands (``tape``, ``symbols``, ``load storm``, ``load churn``, ``load replay``) find
 a node the same way: ``--url`` if given, else the endpoints the node running on the same data
-directory recorded (``node/endpoints.py``), else the configured ports on loopback. They take
+directory recorded (``role/endpoints.py``), else the configured ports on loopback. They take
 a token the same way: ``--token``, else ``MONOTAPE_TOKEN``, else one minted from the dev key of
 that same data directory. A data directory without a dev key mints nothing (a new key would be
 one no node knows, and every upgrade would fail with 401): the command says which directory it
@@ -23,7 +23,7 @@ from websockets.exceptions import InvalidHandshake, InvalidStatus, InvalidURI
 
 from monotape.config import Config
 from monotape.log import redact
-from monotape.platform.node.endpoints import Endpoints, connect_host, read_endpoints
+from monotape.platform.role.endpoints import Endpoints, connect_host, read_endpoints
 
 __all__ = [
     "ClientError",

@@ -155,8 +155,8 @@ def host_banner(host: Host, cfg: Config, ready: bool) -> str:
 
 
 def _watchlist_sign_in(cfg: Config) -> str:
-    """How the watchlist page signs in on this node (node/watchlist.py)."""
-    from monotape.platform.node.watchlist import dev_sign_in_on
+    """How the watchlist page signs in on this node (admin/watchlist.py)."""
+    from monotape.platform.admin.watchlist import dev_sign_in_on
 
     if not cfg.auth.enabled:
         return "no sign-in: auth is off"
@@ -237,8 +237,8 @@ async def run_host(cfg: Config, duration: float | None, host: Host | None = None
     """``monotape run --writers N``: the host in the foreground (``host`` given: a test's)."""
     from monotape.platform.feeds.replay import ReplayError
     from monotape.platform.host.host import Host
-    from monotape.platform.node.datadir_lock import DataDirInUse
-    from monotape.platform.node.endpoints import ListenError
+    from monotape.platform.role.datadir_lock import DataDirInUse
+    from monotape.platform.role.endpoints import ListenError
 
     host = host if host is not None else Host(cfg)
     try:
@@ -328,9 +328,9 @@ async def run_node(cfg: Config, duration: float | None) -> int:
     if cfg.host.writer_count > 0:
         return await run_host(cfg, duration)
     from monotape.platform.feeds.replay import ReplayError
-    from monotape.platform.node.datadir_lock import DataDirInUse
-    from monotape.platform.node.endpoints import ListenError
     from monotape.platform.node.node import Node
+    from monotape.platform.role.datadir_lock import DataDirInUse
+    from monotape.platform.role.endpoints import ListenError
 
     try:
         node = Node(cfg)

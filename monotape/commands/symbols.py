@@ -49,8 +49,8 @@ def _from_node(base: str, token: str | None, pattern: str, cfg: Config, minted: 
 
 
 def _built_in(pattern: str, cfg: Config) -> dict[str, Any]:
+    from monotape.platform.admin.desk import match_keys, symbol_row
     from monotape.platform.feeds.simulator import build_universe
-    from monotape.platform.node.admin_desk import match_keys, symbol_row
 
     sim = cfg.simulator
     universe = build_universe(sim.venues, sim.instruments, sim.seed)

@@ -38,7 +38,7 @@ __all__ = [
     "static_mount",
 ]
 
-# A route and its JSON answer, shared with the admin API's routes (node/admin_params.py imports
+# A route and its JSON answer, shared with the admin API's routes (admin/params.py imports
 # them from here: the node sits above the dashboards, never the reverse).
 Handler = Callable[[Request], Awaitable[Response]]
 STATIC_DIR = resources.files("monotape.dashboards") / "static"

@@ -12,7 +12,7 @@ this one measured 1.0-1.5 µs per collection (an empty pair: 0.12 µs) in ``benc
 i.e. ~1 ms per second at ~1,000 gen-0 collections a second.
 
 Nothing here is on the per-tick path; ``GcCollector`` (the node's collectors,
-``monotape/platform/node/collectors.py``) turns the counters into a ``HistogramMetricFamily``
+``monotape/platform/role/collectors.py``) turns the counters into a ``HistogramMetricFamily``
 only when /metrics is read (prometheus_client costs ~0.7 µs per
 ``observe``, measured).
 """

@@ -2,7 +2,7 @@
 
 design (Observability): subscription cardinality and no index entry pointing at a dead
 connection. ``checks`` holds the checks (no I/O), ``monitor`` runs them on a schedule and logs
-transitions once; ``InvariantCollector`` (``monotape/platform/node/collectors.py``) exports
+transitions once; ``InvariantCollector`` (``monotape/platform/role/collectors.py``) exports
 ``monotape_invariant_violation{invariant}`` at scrape time.
 """
 

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from bench import wsclient
 from bench.e2e import bench_latency
-from monotape.platform.node.process_metrics import main_thread_schedstat
+from monotape.platform.role.process_metrics import main_thread_schedstat
 from tests.conftest import NO_LAG_SHEDDING
 
 

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from bench.e2e import bench_storm
-from monotape.platform.node.process_metrics import main_thread_schedstat
+from monotape.platform.role.process_metrics import main_thread_schedstat
 
 
 def _burn(seconds: float) -> None:

@@ -16,7 +16,7 @@ from monotape.platform.core.admit import Verdict, VersionGuard
 from monotape.platform.core.conflation import FRAME_NS
 from monotape.platform.core.sequencer import Sequencer, VenueCounters
 from monotape.platform.model import Tick
-from monotape.platform.node.collectors import SequencerCollector
+from monotape.platform.role.collectors import SequencerCollector
 from monotape.testing.per_tick import Lane, PerTickSequencer
 
 

@@ -62,8 +62,8 @@ from monotape.dashboards.web import dashboard_handlers
 from monotape.histograms.gc import GcPause
 from monotape.histograms.plot import PAUSE_THRESHOLD_MS
 from monotape.log import set_stream
-from monotape.platform.node.collectors import LoopLagCollector
 from monotape.platform.node.node import Node
+from monotape.platform.role.collectors import LoopLagCollector
 from monotape.platform.server.looplag import LoopLagMonitor
 from tests.conftest import node_config
 

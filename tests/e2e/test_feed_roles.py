@@ -26,10 +26,10 @@ from monotape import metric_names as m
 from monotape.config import Config
 from monotape.platform.bus.ipc import IpcTickBus, bus_path
 from monotape.platform.bus.nats_bus import NatsTickBus
+from monotape.platform.feeds.sources import handler_plans
 from monotape.platform.host.spec import RoleSpec, write_config
 from monotape.platform.host.telemetry import port_file
 from monotape.platform.model import Tick
-from monotape.platform.node.sources import handler_plans
 from monotape.platform.wire.batch import TickBatch
 from tests.conftest import node_config, until
 

@@ -48,8 +48,8 @@ import websockets
 
 from monotape import metric_names as m
 from monotape.loadgen.launch import parse_samples, sum_samples
-from monotape.platform.node.process_metrics import main_thread_schedstat
 from monotape.platform.ring import RingConfig
+from monotape.platform.role.process_metrics import main_thread_schedstat
 from monotape.platform.wire import codec
 from tests.conftest import RunningServer, start_server, until
 from tests.e2e.terminal_check import Prices, Terminal, run_terminal

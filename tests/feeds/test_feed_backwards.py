@@ -14,7 +14,7 @@ from monotape.clock import FakeClock
 from monotape.platform.feeds.epochs import MemoryEpochStore
 from monotape.platform.feeds.handler import FeedHandler, make_handler_pair
 from monotape.platform.feeds.simulator import VenueUpdate
-from monotape.platform.node.collectors import FeedCollector
+from monotape.platform.role.collectors import FeedCollector
 
 MS = 1_000_000
 

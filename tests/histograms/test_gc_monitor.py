@@ -19,7 +19,7 @@ from monotape.histograms.log import IntervalLogWriter
 from monotape.histograms.plot import render_latency_svg
 from monotape.histograms.recorder import Recorders
 from monotape.histograms.timeline import overlay, timeline_rows, timeline_with_gc
-from monotape.platform.node.collectors import GcCollector
+from monotape.platform.role.collectors import GcCollector
 
 SVG = "{http://www.w3.org/2000/svg}"
 T0 = 1_764_460_800_000  # wall ms, on the 10 s grid

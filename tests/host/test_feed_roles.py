@@ -19,6 +19,7 @@ from monotape.platform.bus.link import Drop, LinkCounters, LinkReceiver
 from monotape.platform.core.feed_liveness import BEAT_NS
 from monotape.platform.feeds.epochs import FileEpochStore
 from monotape.platform.feeds.simulator import VenueUpdate
+from monotape.platform.feeds.sources import build_sources, handler_plans
 from monotape.platform.feeds.venue_wire import venue_batch
 from monotape.platform.host.feed_group import FeedGroup
 from monotape.platform.host.handler import _serve, find_plans
@@ -26,7 +27,6 @@ from monotape.platform.host.handler_role import EPOCH_CHECK_NS, HandlerRole, fee
 from monotape.platform.host.spec import RoleSpec
 from monotape.platform.host.venue import VenueRole
 from monotape.platform.model import Tick
-from monotape.platform.node.sources import build_sources, handler_plans
 from monotape.platform.wire.batch import TickBatch, batch_from_ticks
 from tests.conftest import node_config, until
 
@@ -72,7 +72,7 @@ def _spec(
 
 def test_plans_are_the_nodes_handlers(run_dir: Path) -> None:
     """The handler processes are built as the node builds its handlers: same venues, names,
-    lags and update-id rule (one helper, node/sources.py)."""
+    lags and update-id rule (one helper, feeds/sources.py)."""
     cfg = node_config(run_dir / "data")
     node_handlers = build_sources(cfg, FakeClock(), FileEpochStore(run_dir / "epochs")).handlers
     plans = handler_plans(cfg)

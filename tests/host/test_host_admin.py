@@ -1,5 +1,5 @@
 """The host's admin API guards /admin/* exactly as the node does (one guard:
-node/admin_params.admin_guard): 403 with auth off, 401 with the hint and WWW-Authenticate
+admin/params.admin_guard): 403 with auth off, 401 with the hint and WWW-Authenticate
 without a token, 403 without the admin claim, 400 naming a bad parameter, 200 for an admin.
 /admin/symbols carries the sequencer's prices (the keys alone, and who was missing, when it
 does not answer); /admin/latency is the node's handler; a handler without a row is an error."""

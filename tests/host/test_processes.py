@@ -16,6 +16,7 @@ import pytest
 
 from monotape.cli import main
 from monotape.config import ConfigError, auto_placement, load_config
+from monotape.platform.feeds.sources import handler_plans
 from monotape.platform.host.handler import find_plans, role_name
 from monotape.platform.host.processes import (
     RUN_PREFIX,
@@ -26,7 +27,6 @@ from monotape.platform.host.processes import (
 )
 from monotape.platform.host.spec import RoleSpec
 from monotape.platform.host.supervisor import START_ORDER
-from monotape.platform.node.sources import handler_plans
 
 
 def test_the_plan_is_a_sequencer_n_writers_two_feed_processes_and_the_venue() -> None:

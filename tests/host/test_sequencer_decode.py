@@ -13,10 +13,10 @@ import pytest
 
 from monotape.clock import FakeClock
 from monotape.config import Config, SimulatorConfig
+from monotape.platform.feeds.sources import universe_of
 from monotape.platform.host.sequencer import SequencerRole
 from monotape.platform.host.spec import RoleSpec
 from monotape.platform.model import Tick
-from monotape.platform.node.sources import universe_of
 from monotape.platform.ring import RingConfig, ShmRing
 from monotape.platform.wire.batch import batch_from_ticks, read_batch
 

@@ -25,7 +25,7 @@ from monotape.invariants import (
 )
 from monotape.log import set_stream
 from monotape.platform.core.fanout import SubscriptionIndex
-from monotape.platform.node.collectors import InvariantCollector
+from monotape.platform.role.collectors import InvariantCollector
 from tests.conftest import until
 
 

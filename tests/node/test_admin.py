@@ -21,15 +21,15 @@ from monotape.dashboards.panels import sampled_names
 from monotape.dashboards.sampler import SampleRing
 from monotape.histograms.gc import GcMonitor
 from monotape.invariants import InvariantMonitor, NoDanglingEntries, SubscriptionCardinality
+from monotape.platform.admin import app as admin_module
+from monotape.platform.admin.app import build_admin_app
+from monotape.platform.admin.view import AdminView
 from monotape.platform.auth import TokenVerifier, build_verifier
 from monotape.platform.core.fanout import SubscriptionIndex
 from monotape.platform.core.glass import GlassLedger, GlassOffender
 from monotape.platform.core.outbox import Outbox
 from monotape.platform.feeds.simulator import build_universe
 from monotape.platform.model import Instrument, Tick
-from monotape.platform.node import admin as admin_module
-from monotape.platform.node.admin import build_admin_app
-from monotape.platform.node.admin_view import AdminView
 from tests.conftest import mint
 
 NODE_DIR = Path(admin_module.__file__).parent

@@ -1,4 +1,4 @@
-"""node/collectors.py at scrape time, from the thread a role of the host serves /metrics on
+"""role/collectors.py at scrape time, from the thread a role of the host serves /metrics on
 (host/telemetry.py) while its event loop adds and removes what the collectors read.
 
 The storm scrapes in a thread, as that one does, while the test's thread churns the containers a
@@ -26,8 +26,8 @@ from monotape.platform.core.outbox import Outbox
 from monotape.platform.core.sequencer import Sequencer
 from monotape.platform.feeds.simulator import build_universe
 from monotape.platform.feeds.validate import TickGate
-from monotape.platform.node.collectors import FanoutCollector, IngestCollector, InvariantCollector
-from monotape.platform.node.failures import StageFailures
+from monotape.platform.role.collectors import FanoutCollector, IngestCollector, InvariantCollector
+from monotape.platform.role.failures import StageFailures
 from monotape.platform.server.endpoint import FanoutServer
 
 STORM_S = 1.0  # how long one storm lasts; the build before the fix failed well within it

@@ -13,13 +13,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from monotape.platform.node.datadir_lock import LOCK_FILE, DataDirInUse, lock_data_dir
+from monotape.platform.role.datadir_lock import LOCK_FILE, DataDirInUse, lock_data_dir
 
 DEADLINE_S = 60.0  # a busy shared box: wait for conditions, never for a fixed time
 
 HOLDER = """
 import sys, time
-from monotape.platform.node.datadir_lock import lock_data_dir
+from monotape.platform.role.datadir_lock import lock_data_dir
 lock = lock_data_dir(sys.argv[1])
 print("held", flush=True)
 time.sleep(600)

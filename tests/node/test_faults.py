@@ -10,8 +10,8 @@ import pytest
 from monotape.cli import main
 from monotape.config import load_config
 from monotape.invariants import NoDanglingEntries, SubscriptionCardinality
+from monotape.platform.admin.faults import inject_dangling_entry
 from monotape.platform.core.fanout import SubscriptionIndex
-from monotape.platform.node.faults import inject_dangling_entry
 
 
 def test_the_phantom_is_caught_by_no_dangling_entries_only() -> None:

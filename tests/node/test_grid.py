@@ -16,9 +16,9 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
 from monotape import metric_names as m
-from monotape.platform.node import grid
-from monotape.platform.node.collectors import FrameGridCollector
-from monotape.platform.node.failures import StageFailures
+from monotape.platform.role import grid
+from monotape.platform.role.collectors import FrameGridCollector
+from monotape.platform.role.failures import StageFailures
 
 FRAME = 40_000_000
 

@@ -14,7 +14,7 @@ from monotape import metric_names as m
 from monotape.clock import FakeClock
 from monotape.config import Config
 from monotape.histograms import read_intervals
-from monotape.platform.node.kit import RoleKit
+from monotape.platform.role.kit import RoleKit
 
 MS = 1_000_000
 

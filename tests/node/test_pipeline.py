@@ -18,8 +18,8 @@ from monotape.platform.core.sequencer import Admission, Sequencer
 from monotape.platform.core.stamps import StageStamps
 from monotape.platform.feeds.simulator import build_universe
 from monotape.platform.model import Tick
-from monotape.platform.node.failures import StageFailures
 from monotape.platform.node.pipeline import Pipeline
+from monotape.platform.role.failures import StageFailures
 from monotape.platform.server.endpoint import FanoutServer
 from monotape.platform.wire.batch import TickBatch, batch_from_ticks
 

@@ -33,8 +33,8 @@ from monotape.platform.feeds.handler import FeedHandler
 from monotape.platform.feeds.simulator import VenueUpdate
 from monotape.platform.feeds.validate import UNKNOWN_VENUE, Refusal, TickGate, tick_problem
 from monotape.platform.model import Instrument, Tick
-from monotape.platform.node.failures import StageFailures
 from monotape.platform.node.node import Node
+from monotape.platform.role.failures import StageFailures
 from monotape.platform.sdk.client import TerminalClient
 from monotape.platform.wire import codec
 from monotape.platform.wire.batch import TickBatch, batch_from_ticks

@@ -1,4 +1,4 @@
-"""node/process_metrics.py: the CPU wait read from schedstat, and the process metrics."""
+"""role/process_metrics.py: the CPU wait read from schedstat, and the process metrics."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from monotape import metric_names as m
-from monotape.platform.node.process_metrics import (
+from monotape.platform.role.process_metrics import (
     CpuWaitCollector,
     main_thread_schedstat,
     parse_schedstat,

@@ -10,7 +10,7 @@ import numpy as np
 from monotape.clock import FakeClock
 from monotape.histograms import ALL_STAGES, IntervalLogWriter, Recorders, read_intervals
 from monotape.platform.core.stamps import StageStamps
-from monotape.platform.node.rotation import HistogramRotation
+from monotape.platform.role.rotation import HistogramRotation
 
 MS = 1_000_000
 

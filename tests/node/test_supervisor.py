@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 
 from monotape.clock import FakeClock
-from monotape.platform.node.failures import StageFailures
-from monotape.platform.node.supervisor import MAX_RESTARTS, RESTART_WINDOW_NS, Supervisor
+from monotape.platform.role.failures import StageFailures
+from monotape.platform.role.supervisor import MAX_RESTARTS, RESTART_WINDOW_NS, Supervisor
 from tests.conftest import until
 
 

@@ -1,4 +1,4 @@
-"""The watchlist page's routes (node/watchlist.py), called as ASGI with no node and no socket:
+"""The watchlist page's routes (admin/watchlist.py), called as ASGI with no node and no socket:
 the page and its scripts need no token; the dev sign-in mints a terminal token (never admin) on
 the embedded default key only, and refuses what it should, by name."""
 
@@ -16,8 +16,7 @@ from starlette.applications import Starlette
 from starlette.routing import BaseRoute, Route
 
 from monotape.config import load_config
-from monotape.platform.auth import build_verifier
-from monotape.platform.node.watchlist import (
+from monotape.platform.admin.watchlist import (
     DEV_TOKEN_TTL_S,
     WATCHLIST_ENDPOINTS,
     WatchlistSite,
@@ -25,6 +24,7 @@ from monotape.platform.node.watchlist import (
     watchlist_mounts,
     watchlist_site,
 )
+from monotape.platform.auth import build_verifier
 
 NOW = 1_800_000_000.0
 

@@ -10,7 +10,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from monotape import metric_names as m
-from monotape.platform.node.collectors import LoopLagCollector
+from monotape.platform.role.collectors import LoopLagCollector
 from monotape.platform.server.looplag import LOOP_LAG_BUCKETS_S, LoopLagMonitor
 
 BLOCK_S = 0.05

@@ -15,8 +15,8 @@ from monotape.platform.core.fanout import RateGroup
 from monotape.platform.core.sequencer import Sequencer
 from monotape.platform.feeds.simulator import build_universe
 from monotape.platform.host.writer import RingReaderCollector
-from monotape.platform.node.collectors import FanoutCollector
 from monotape.platform.ring.protocol import ReaderCounters
+from monotape.platform.role.collectors import FanoutCollector
 from monotape.platform.server.endpoint import FanoutServer
 from tests.server.test_sendloop import CountingDict, _server
 

@@ -22,7 +22,7 @@ from monotape.platform.core.sequencer import Sequencer
 from monotape.platform.core.stamps import StageStamps
 from monotape.platform.feeds.simulator import build_universe
 from monotape.platform.model import Tick
-from monotape.platform.node.collectors import StageDurationCollector
+from monotape.platform.role.collectors import StageDurationCollector
 from monotape.platform.server.endpoint import FanoutServer
 from tests.server.test_priority_stage import _connect  # the fake terminal socket of fan-out tests
 

@@ -47,7 +47,7 @@ class LinkCollector(Collector):
             label = [c.link]
             sent.add_metric(label, c.sent_messages)
             sent_items.add_metric(label, c.sent_items)
-            # copies first: the scrape's thread is not the loop's (node/collectors.py says why)
+            # copies first: the scrape's thread is not the loop's (role/collectors.py says why)
             for reason, n in sorted(dict(c.dropped_messages).items()):
                 dropped.add_metric([c.link, str(reason)], n)
             for reason, n in sorted(dict(c.dropped_items).items()):

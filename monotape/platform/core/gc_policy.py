@@ -7,7 +7,7 @@ terminal, so every connection lands in the unfrozen heap, and every gen-2 collec
 of them: bench/e2e/bench_latency.py measured a 124 ms gen-2 pause at ~1,900 terminals (three
 40 ms frames lost on every screen), recurring every few seconds.
 
-``FreezePolicy`` is the pure decision; ``GcUpkeep.run`` (node/fanout_upkeep.py) feeds it once a
+``FreezePolicy`` is the pure decision; ``GcUpkeep.run`` (role/fanout_upkeep.py) feeds it once a
 second with the lifetime open/close counts and the longest gen-2 pause since its previous call.
 It runs in the one-process node and in every writer process (host/writer.py).
 

@@ -8,7 +8,7 @@ them into increases, capped per connection, and adds them here. One hostile term
 most ``REPORT_CAP`` of each and one terminal to ``terminals``, which is what the alert counts
 (alerts/rules.py, GlassRegressions: distinct terminals, so one terminal cannot page).
 
-Values only: plain ints read at scrape time (node/collectors.py) and the last offender, served
+Values only: plain ints read at scrape time (role/collectors.py) and the last offender, served
 at ``GET /admin/glass``.
 """
 

@@ -43,7 +43,11 @@ from monotape.platform.wire.batch import (
     take,
 )
 
-__all__ = ["FeedHandler", "make_handler_pair", "pair_lags"]
+__all__ = ["PUMP_INTERVAL_S", "FeedHandler", "make_handler_pair", "pair_lags"]
+
+# Handlers' delay lines are drained at ~1 ms resolution: the one-process pump's step
+# (node/pipeline.py) and the host venue process's simulator step (host/venue.py).
+PUMP_INTERVAL_S = 0.001
 
 _I64_MAX = (1 << 63) - 1
 

@@ -2,7 +2,7 @@
 
 ``Observer`` scrapes the roles (aggregate.py) and renders them with the host's own metrics
 (``HostCollector``: processes up, restarts by role and reason, scrapes that failed) as one
-exposition; the app is built from it and the process table, like node/admin.py builds its app
+exposition; the app is built from it and the process table, like admin/app.py builds its app
 from an ``AdminView``. /healthz is 200 when every role process runs (503 naming those that do
 not: a load balancer's probe takes the host out while a writer restarts), /readyz when every
 role is also ready (its metrics port published) and no drain holds it out of rotation (503
@@ -35,14 +35,7 @@ from starlette.routing import BaseRoute, Route
 from monotape import metric_names as m
 from monotape.clock import SystemClock
 from monotape.log import Throttle, log_event
-from monotape.platform.auth import TokenVerifier
-from monotape.platform.host.admin_routes import HostDrain, RoleAsker, host_desk_handlers
-from monotape.platform.host.admin_views import host_views
-from monotape.platform.host.aggregate import MergedCollector, Scrape, merge, scrape_all
-from monotape.platform.host.state import RoleView
-from monotape.platform.host.supervisor import ProcessTable, SlotState
-from monotape.platform.model import Instrument
-from monotape.platform.node.admin import (
+from monotape.platform.admin.app import (
     ENDPOINTS,
     PARAMETERS,
     Endpoint,
@@ -50,13 +43,20 @@ from monotape.platform.node.admin import (
     admin_index,
     openapi_document,
 )
-from monotape.platform.node.admin_latency import latency_handlers
-from monotape.platform.node.admin_params import (
+from monotape.platform.admin.latency import latency_handlers
+from monotape.platform.admin.params import (
     ROUTE_ERRORS,
     Handler,
     admin_guard,
     json_response,
 )
+from monotape.platform.auth import TokenVerifier
+from monotape.platform.host.admin_routes import HostDrain, RoleAsker, host_desk_handlers
+from monotape.platform.host.admin_views import host_views
+from monotape.platform.host.aggregate import MergedCollector, Scrape, merge, scrape_all
+from monotape.platform.host.state import RoleView
+from monotape.platform.host.supervisor import ProcessTable, SlotState
+from monotape.platform.model import Instrument
 
 __all__ = [
     "HOST_ENDPOINTS",

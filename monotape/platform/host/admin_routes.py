@@ -27,6 +27,15 @@ import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
 
+from monotape.platform.admin.desk import match_keys, symbol_row
+from monotape.platform.admin.params import (
+    BadParameter,
+    Handler,
+    error_response,
+    int_param,
+    json_response,
+    pattern_param,
+)
 from monotape.platform.host.admin_merge import (
     merge_connections,
     merge_drain,
@@ -47,15 +56,6 @@ from monotape.platform.host.telemetry import (
     read_secret,
 )
 from monotape.platform.model import Instrument
-from monotape.platform.node.admin_desk import match_keys, symbol_row
-from monotape.platform.node.admin_params import (
-    BadParameter,
-    Handler,
-    error_response,
-    int_param,
-    json_response,
-    pattern_param,
-)
 
 __all__ = [
     "ACTION_TIMEOUT_S",

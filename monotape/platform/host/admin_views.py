@@ -12,7 +12,7 @@ GC pauses, the embedded dashboards, and the watchlist page, as the one-process n
   host fills once a second from the same scrape as its merged ``/metrics`` (a ``process`` label
   on every series: the panels sum over it as Prometheus would), with the GC pauses that matter
   from every role drawn over them.
-- ``/watchlist``: the node's page, config and dev sign-in (node/watchlist.py), the terminals'
+- ``/watchlist``: the node's page, config and dev sign-in (admin/watchlist.py), the terminals'
   port being the one every writer shares.
 """
 
@@ -43,16 +43,16 @@ from monotape.histograms.gc import GcMonitor, GcPause
 from monotape.histograms.plot import PAUSE_THRESHOLD_MS, render_latency_svg
 from monotape.histograms.timeline import overlay, timeline_rows
 from monotape.log import log_event
-from monotape.platform.host.admin_routes import GC_ROLES, RoleAsker
-from monotape.platform.host.aggregate import Scrape, merge
-from monotape.platform.host.spec import RoleSpec, load_config
-from monotape.platform.host.supervisor import ProcessTable
-from monotape.platform.node.admin_params import Handler, int_param, json_response, window_ms
-from monotape.platform.node.watchlist import (
+from monotape.platform.admin.params import Handler, int_param, json_response, window_ms
+from monotape.platform.admin.watchlist import (
     watchlist_handlers,
     watchlist_mounts,
     watchlist_site,
 )
+from monotape.platform.host.admin_routes import GC_ROLES, RoleAsker
+from monotape.platform.host.aggregate import Scrape, merge
+from monotape.platform.host.spec import RoleSpec, load_config
+from monotape.platform.host.supervisor import ProcessTable
 
 
 class Observer(Protocol):

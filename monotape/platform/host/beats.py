@@ -37,8 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-from monotape.platform.node.process_metrics import parse_schedstat
 from monotape.platform.ring.segment import SHM_DIR, map_segment
+from monotape.platform.role.process_metrics import parse_schedstat
 
 __all__ = [
     "BEAT_EVERY_S",

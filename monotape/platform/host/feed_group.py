@@ -17,8 +17,8 @@ from monotape.clock import Clock
 from monotape.platform.bus.link import LinkReceiver
 from monotape.platform.bus.memory import TickBus
 from monotape.platform.host.handler_role import HandlerRole
-from monotape.platform.node.collectors import FeedCollector, IngestCollector
-from monotape.platform.node.failures import StageFailures
+from monotape.platform.role.collectors import FeedCollector, IngestCollector
+from monotape.platform.role.failures import StageFailures
 from monotape.platform.wire.batch import TickBatch
 
 __all__ = ["FeedGroup"]

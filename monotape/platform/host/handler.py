@@ -10,7 +10,7 @@ that venue's one handler, as a test may start it.
 Each handler (host/handler_role.py) hears its venue on ``run_dir/feed-<venue>-<handler>.sock``
 (the venue process sends the same messages to both twins, as a venue's multicast feed does:
 ``host/venue.py``), normalizes with the same state machine as the one-process node
-(``node/sources.py`` builds it: same lag, fence, gate, update-id rule, epochs in
+(``feeds/sources.py`` builds it: same lag, fence, gate, update-id rule, epochs in
 ``<data-dir>/epochs``). The process (``FeedGroup``, host/feed_group.py) wakes when the earliest
 delay-line head of its handlers is due and publishes what every handler has due as one batch on
 the host's IPC bus (``bus/ipc.py``), or on NATS when ``cfg.bus == "nats"``.
@@ -37,6 +37,7 @@ from monotape.platform.bus.link import LinkReceiver
 from monotape.platform.bus.nats_bus import NatsTickBus
 from monotape.platform.bus.nats_collector import NatsBusCollector
 from monotape.platform.feeds.simulator import build_universe
+from monotape.platform.feeds.sources import HandlerPlan, handler_plans
 from monotape.platform.host.buses import role_bus
 from monotape.platform.host.feed_group import FeedGroup
 from monotape.platform.host.handler_role import HandlerRole, feed_path, process_gate
@@ -44,8 +45,7 @@ from monotape.platform.host.lifeline import ROLE_STOP_S, run_role, stop_on_signa
 from monotape.platform.host.spec import RoleSpec
 from monotape.platform.host.state import RoleView, handler_state
 from monotape.platform.host.telemetry import RoleState, serve_metrics
-from monotape.platform.node.kit import RoleKit
-from monotape.platform.node.sources import HandlerPlan, handler_plans
+from monotape.platform.role.kit import RoleKit
 
 __all__ = ["exit_now", "find_plans", "main", "role_name"]
 
@@ -90,7 +90,7 @@ async def _serve(spec: RoleSpec, cfg: Config) -> int:
     stop = asyncio.Event()
     stop_on_signals(stop)
     watcher = asyncio.create_task(watch_host(spec.host_pid, stop))
-    kit = RoleKit(cfg, role_name(spec))  # node/kit.py: clock, registry, process metrics
+    kit = RoleKit(cfg, role_name(spec))  # role/kit.py: clock, registry, process metrics
     clock = kit.clock
     bus = _bus(cfg, spec, clock)
     gate = process_gate(cfg, clock)

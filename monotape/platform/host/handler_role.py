@@ -29,9 +29,9 @@ from monotape.platform.bus.memory import TickBus
 from monotape.platform.core.feed_liveness import BEAT_NS
 from monotape.platform.feeds.epochs import FileEpochStore
 from monotape.platform.feeds.simulator import build_universe
+from monotape.platform.feeds.sources import HandlerPlan, build_handler
 from monotape.platform.feeds.validate import TickGate
 from monotape.platform.host.spec import RoleSpec
-from monotape.platform.node.sources import HandlerPlan, build_handler
 from monotape.platform.wire.batch import COLUMNS, BatchError, TickBatch, batch_of, read_batch
 
 __all__ = ["EPOCH_CHECK_NS", "HandlerRole", "feed_path", "first_of_venue", "process_gate"]

@@ -55,7 +55,9 @@ from starlette.applications import Starlette
 
 from monotape.config import Config
 from monotape.log import log_event
+from monotape.platform.admin.server import AdminServer
 from monotape.platform.auth import TokenVerifier, build_verifier
+from monotape.platform.feeds.sources import universe_of
 from monotape.platform.host.admin import Observer, build_host_admin_app
 from monotape.platform.host.aggregate import read_port
 from monotape.platform.host.beats import BeatTable, Hung, Liveness, cpu_wait_ns, disk_wait
@@ -73,18 +75,16 @@ from monotape.platform.host.processes import (
 from monotape.platform.host.spec import RoleSpec, write_config
 from monotape.platform.host.supervisor import Backoff, ProcessTable, SlotState
 from monotape.platform.host.telemetry import port_file, write_secret
-from monotape.platform.node.admin_server import AdminServer
-from monotape.platform.node.datadir_lock import DataDirLock, lock_data_dir
-from monotape.platform.node.endpoints import (
+from monotape.platform.ring import RingConfig, ShmRing, sweep_leftovers
+from monotape.platform.ring.segment import SHM_DIR, segment_name
+from monotape.platform.role.datadir_lock import DataDirLock, lock_data_dir
+from monotape.platform.role.endpoints import (
     Endpoints,
     ListenError,
     endpoints_for,
     remove_endpoints,
     write_endpoints,
 )
-from monotape.platform.node.sources import universe_of
-from monotape.platform.ring import RingConfig, ShmRing, sweep_leftovers
-from monotape.platform.ring.segment import SHM_DIR, segment_name
 
 __all__ = ["Host"]
 

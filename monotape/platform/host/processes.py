@@ -24,9 +24,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from monotape.config import Config
+from monotape.platform.feeds.sources import handler_plans
 from monotape.platform.host.lifeline import PR_SET_PDEATHSIG, prctl_function
 from monotape.platform.host.spec import RoleSpec
-from monotape.platform.node.sources import handler_plans
 from monotape.platform.ring.segment import pid_alive
 
 __all__ = [
@@ -59,7 +59,7 @@ def plan_roles(cfg: Config) -> list[RoleSpec]:
     ]
     # Two feed processes: every venue's A handler in one, every venue's B handler in the
     # other (host/handler.py says why), built as the one-process node builds its handlers
-    # (node/sources.py); none for a replay, whose ticks go from the venue process to the bus.
+    # (feeds/sources.py); none for a replay, whose ticks go from the venue process to the bus.
     sides = sorted({plan.name for plan in handler_plans(cfg)})
     specs += [
         RoleSpec(

@@ -5,7 +5,7 @@ a host that admits ticks and publishes frames. Ticks arrive on the host's IPC bu
 ``run_dir/bus.sock``: this end binds it) or on NATS when ``cfg.bus == "nats"`` (as the one-process
 node subscribes); every batch is admitted by the lanes (``Sequencer.on_ticks``) and the applied
 ticks of symbols some writer's terminal holds in an order ticket go out at once as a PRIORITY
-entry. On the 40 ms grid of the monotonic clock (``node/grid.py``: the one loop the one-process
+entry. On the 40 ms grid of the monotonic clock (``role/grid.py``: the one loop the one-process
 node's ``Pipeline.frame_loop`` runs too) the frame is taken, encoded once and published on the ring
 (``publisher.FramePublisher``); the writer processes read it from there.
 
@@ -37,6 +37,7 @@ from monotape.platform.bus.nats_bus import NatsTickBus
 from monotape.platform.bus.nats_collector import NatsBusCollector
 from monotape.platform.core.feed_liveness import FeedLiveness
 from monotape.platform.core.sequencer import Sequencer
+from monotape.platform.feeds.sources import universe_of
 from monotape.platform.feeds.validate import TickGate
 from monotape.platform.host.buses import role_bus
 from monotape.platform.host.interest import PriorityInterest
@@ -45,18 +46,17 @@ from monotape.platform.host.publisher import FramePublisher, seed
 from monotape.platform.host.spec import RoleSpec
 from monotape.platform.host.state import RoleView, sequencer_state
 from monotape.platform.host.telemetry import RoleState, serve_metrics
-from monotape.platform.node.collectors import (
+from monotape.platform.ring.collector import RingProducerCollector
+from monotape.platform.ring.shm import ShmRing
+from monotape.platform.ring.venues import VenueBits
+from monotape.platform.role.collectors import (
     FrameGridCollector,
     IngestCollector,
     SequencerCollector,
 )
-from monotape.platform.node.failures import StageFailures
-from monotape.platform.node.grid import GridCounts, run_frame_grid
-from monotape.platform.node.kit import RoleKit
-from monotape.platform.node.sources import universe_of
-from monotape.platform.ring.collector import RingProducerCollector
-from monotape.platform.ring.shm import ShmRing
-from monotape.platform.ring.venues import VenueBits
+from monotape.platform.role.failures import StageFailures
+from monotape.platform.role.grid import GridCounts, run_frame_grid
+from monotape.platform.role.kit import RoleKit
 from monotape.platform.wire.batch import TickBatch
 
 if TYPE_CHECKING:
@@ -74,7 +74,7 @@ class SequencerRole:
         self.spec = spec
         self.cfg = cfg
         self.name = spec.name or "sequencer"
-        # The role kit (node/kit.py): clock, registry, GC and loop-lag monitors, and the stage
+        # The role kit (role/kit.py): clock, registry, GC and loop-lag monitors, and the stage
         # histograms (no priority writes here to flush first: the writers record them).
         self.kit = RoleKit(cfg, self.name, clock)
         self.clock: Clock = self.kit.clock
@@ -179,7 +179,7 @@ class SequencerRole:
         self.framed_ticks += self.stamps.framed(boundary, published, offset)
 
     async def frame_loop(self) -> None:
-        # The one-process node's grid (node/grid.py): an overdue boundary at once, never twice,
+        # The one-process node's grid (role/grid.py): an overdue boundary at once, never twice,
         # never early; a frame that raises is one frame lost (writers see a gap), not the tape.
         await run_frame_grid(self.clock.now_ns, self.frame_ns, self.frame, self.failures, self.grid)
 

@@ -1,6 +1,6 @@
 """What each role answers the host's admin API about itself (telemetry.RoleState, loopback).
 
-A role answers with the node's own route handlers (node/admin_desk.py, node/admin_latency.py)
+A role answers with the node's own route handlers (admin/desk.py, admin/latency.py)
 run against a ``RoleView``: the members of the node's ``AdminView`` this role has (a writer its
 server, invariant monitor, GC monitor and loop lag; a feed handler its one handler). So a
 writer's connections, glass, invariants, GC and drain answers are the node's, byte for byte,
@@ -22,20 +22,20 @@ from starlette.requests import Request
 from monotape.clock import Clock
 from monotape.histograms.gc import GcMonitor
 from monotape.invariants import InvariantMonitor
-from monotape.platform.host.admin_routes import SYMBOLS_CAP
-from monotape.platform.host.admin_views import gc_pauses_state
-from monotape.platform.host.telemetry import Provider, RoleState
-from monotape.platform.model import Instrument, Tick
-from monotape.platform.node.admin_desk import desk_handlers, match_keys, symbol_row, tick_prices
-from monotape.platform.node.admin_latency import latency_handlers
-from monotape.platform.node.admin_params import BadParameter, Handler
-from monotape.platform.node.admin_view import (
+from monotape.platform.admin.desk import desk_handlers, match_keys, symbol_row, tick_prices
+from monotape.platform.admin.latency import latency_handlers
+from monotape.platform.admin.params import BadParameter, Handler
+from monotape.platform.admin.view import (
     AdminView,
     FeedView,
     LoopLagView,
     QuoteBook,
     TerminalTable,
 )
+from monotape.platform.host.admin_routes import SYMBOLS_CAP
+from monotape.platform.host.admin_views import gc_pauses_state
+from monotape.platform.host.telemetry import Provider, RoleState
+from monotape.platform.model import Instrument, Tick
 
 __all__ = [
     "NoLoopLag",

@@ -35,6 +35,8 @@ from monotape.platform.bus.memory import TickBus
 from monotape.platform.bus.nats_bus import NatsTickBus
 from monotape.platform.bus.nats_collector import NatsBusCollector
 from monotape.platform.feeds.epochs import MemoryEpochStore
+from monotape.platform.feeds.handler import PUMP_INTERVAL_S
+from monotape.platform.feeds.sources import build_sources, handler_plans
 from monotape.platform.feeds.venue_wire import per_venue, venue_batch
 from monotape.platform.host.buses import role_bus
 from monotape.platform.host.handler import exit_now
@@ -42,11 +44,9 @@ from monotape.platform.host.handler_role import feed_path
 from monotape.platform.host.lifeline import ROLE_STOP_S, run_role, stop_on_signals, watch_host
 from monotape.platform.host.spec import RoleSpec
 from monotape.platform.host.telemetry import serve_metrics
-from monotape.platform.node.collectors import IngestCollector
-from monotape.platform.node.failures import StageFailures
-from monotape.platform.node.kit import RoleKit
-from monotape.platform.node.pipeline import PUMP_INTERVAL_S
-from monotape.platform.node.sources import build_sources, handler_plans
+from monotape.platform.role.collectors import IngestCollector
+from monotape.platform.role.failures import StageFailures
+from monotape.platform.role.kit import RoleKit
 from monotape.platform.wire.batch import batch_from_ticks, split
 
 __all__ = ["VenueRole", "main"]
@@ -144,7 +144,7 @@ async def _serve(spec: RoleSpec, cfg: Config) -> int:
     stop = asyncio.Event()
     stop_on_signals(stop)
     watcher = asyncio.create_task(watch_host(spec.host_pid, stop))
-    # The role kit (node/kit.py): the clock, the registry with the process metrics. The
+    # The role kit (role/kit.py): the clock, the registry with the process metrics. The
     # simulated venues stand in for the exchanges: no stage of the tick's is measured here.
     kit = RoleKit(cfg, spec.name or "venue")
     role = VenueRole(spec, cfg, kit.clock)

@@ -30,23 +30,23 @@ from monotape.clock import Clock
 from monotape.config import Config, ServerConfig
 from monotape.log import log_event
 from monotape.platform.auth import TokenVerifier, build_verifier
+from monotape.platform.feeds.sources import universe_of
 from monotape.platform.host.interest import PriorityInterest
 from monotape.platform.host.lifeline import host_gone, run_role, watch_host
 from monotape.platform.host.ring_feed import RingFeed, RingSnapshots
 from monotape.platform.host.spec import RoleSpec
 from monotape.platform.host.state import RoleView, writer_state
 from monotape.platform.host.telemetry import RoleState, serve_metrics
-from monotape.platform.node.collectors import (
+from monotape.platform.ring import ReaderCounters, RingFollower, RingRead, ShmReader
+from monotape.platform.ring.venues import VenueBits
+from monotape.platform.role.collectors import (
     AuthCollector,
     RuntimeCollector,
 )
-from monotape.platform.node.failures import StageFailures
-from monotape.platform.node.fanout_upkeep import FanoutUpkeep
-from monotape.platform.node.kit import RoleKit
-from monotape.platform.node.sources import universe_of
-from monotape.platform.node.supervisor import LoopFactory, Supervisor
-from monotape.platform.ring import ReaderCounters, RingFollower, RingRead, ShmReader
-from monotape.platform.ring.venues import VenueBits
+from monotape.platform.role.failures import StageFailures
+from monotape.platform.role.fanout_upkeep import FanoutUpkeep
+from monotape.platform.role.kit import RoleKit
+from monotape.platform.role.supervisor import LoopFactory, Supervisor
 from monotape.platform.server.endpoint import FanoutServer
 
 __all__ = ["STOP_AFTER_DRAIN_S", "RingReaderCollector", "WriterRole", "main", "share_of"]
@@ -102,7 +102,7 @@ class WriterRole:
         self.spec = spec
         self.cfg = cfg
         self.name = spec.name or f"writer-{spec.index}"
-        # The role kit (node/kit.py): clock, registry, GC and loop-lag monitors, and the stage
+        # The role kit (role/kit.py): clock, registry, GC and loop-lag monitors, and the stage
         # histograms, this writer's priority writes since its last ring read first.
         self.kit = RoleKit(cfg, self.name, clock)
         self.clock: Clock = self.kit.clock
@@ -144,7 +144,7 @@ class WriterRole:
             self.stamps,
             stale=(self.server.stale, VenueBits.of(i.venue for i in universe_of(cfg))),
         )
-        # the node's upkeep of its terminals: heartbeats, invariants, GC (node/fanout_upkeep.py)
+        # the node's upkeep of its terminals: heartbeats, invariants, GC (role/fanout_upkeep.py)
         self.upkeep = FanoutUpkeep(srv, self.server, self.gc_monitor, self.clock, self.failures)
         self.invariants = self.upkeep.invariants
         self.gc_upkeep = self.upkeep.gc

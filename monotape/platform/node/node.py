@@ -3,12 +3,12 @@
 Everything of the embedded default runs in one event loop: the venue simulator (or a replay),
 two feed handlers per venue, the in-process bus, the sequencer lanes, the 40 ms frame clock, the
 WebSocket fan-out and the admin API. Each piece is a state machine; this module wires them and
-runs their drivers: ticks' sources (sources.py), the pipeline's loops (pipeline.py) and the
-fan-out's upkeep (fanout_upkeep.py: heartbeats, invariants, GC upkeep, as a writer process runs
-them) under a supervisor (supervisor.py), STALE for down venues (venue_watch.py), the collectors
-(collectors.py) and the admin app (admin.py, admin_server.py); the instruments every role is
-built with (registry, GC and loop-lag monitors, stage histograms and their rotation) come from
-the role kit (kit.py).
+runs their drivers: ticks' sources (feeds/sources.py), the pipeline's loops (pipeline.py) and
+the fan-out's upkeep (role/fanout_upkeep.py: heartbeats, invariants, GC upkeep, as a writer
+process runs them) under a supervisor (role/supervisor.py), STALE for down venues
+(venue_watch.py), the collectors (role/collectors.py) and the admin app (admin/app.py,
+admin/server.py); the instruments every role is built with (registry, GC and loop-lag monitors,
+stage histograms and their rotation) come from the role kit (role/kit.py).
 """
 
 from __future__ import annotations
@@ -24,6 +24,9 @@ from monotape.dashboards.panels import sampled_names
 from monotape.dashboards.sampler import SampleRing, sample_registry
 from monotape.histograms import Percentiles
 from monotape.log import log_event
+from monotape.platform.admin.app import build_admin_app
+from monotape.platform.admin.server import AdminServer
+from monotape.platform.admin.watchlist import watchlist_site
 from monotape.platform.auth import TokenVerifier, build_verifier
 from monotape.platform.bus.memory import InProcessBus, TickBus
 from monotape.platform.bus.nats_bus import NatsTickBus
@@ -33,11 +36,12 @@ from monotape.platform.feeds.epochs import FileEpochStore
 from monotape.platform.feeds.handler import FeedHandler
 from monotape.platform.feeds.replay import ReplayAdapter
 from monotape.platform.feeds.simulator import VenueSimulator
+from monotape.platform.feeds.sources import build_sources
 from monotape.platform.feeds.validate import TickGate
 from monotape.platform.model import Instrument
-from monotape.platform.node.admin import build_admin_app
-from monotape.platform.node.admin_server import AdminServer
-from monotape.platform.node.collectors import (
+from monotape.platform.node.pipeline import Pipeline
+from monotape.platform.node.venue_watch import down_venues
+from monotape.platform.role.collectors import (
     AuthCollector,
     FeedCollector,
     FrameGridCollector,
@@ -45,22 +49,18 @@ from monotape.platform.node.collectors import (
     RuntimeCollector,
     SequencerCollector,
 )
-from monotape.platform.node.datadir_lock import DataDirLock, lock_data_dir
-from monotape.platform.node.endpoints import (
+from monotape.platform.role.datadir_lock import DataDirLock, lock_data_dir
+from monotape.platform.role.endpoints import (
     Endpoints,
     ListenError,
     endpoints_for,
     remove_endpoints,
     write_endpoints,
 )
-from monotape.platform.node.failures import StageFailures
-from monotape.platform.node.fanout_upkeep import FanoutUpkeep
-from monotape.platform.node.kit import RoleKit
-from monotape.platform.node.pipeline import Pipeline
-from monotape.platform.node.sources import build_sources
-from monotape.platform.node.supervisor import LoopFactory, Supervisor
-from monotape.platform.node.venue_watch import down_venues
-from monotape.platform.node.watchlist import watchlist_site
+from monotape.platform.role.failures import StageFailures
+from monotape.platform.role.fanout_upkeep import FanoutUpkeep
+from monotape.platform.role.kit import RoleKit
+from monotape.platform.role.supervisor import LoopFactory, Supervisor
 from monotape.platform.server.endpoint import FanoutServer
 
 __all__ = ["Node"]

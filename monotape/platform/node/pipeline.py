@@ -23,18 +23,16 @@ from monotape.log import log_event
 from monotape.platform.bus.memory import TickBus
 from monotape.platform.core.sequencer import Sequencer
 from monotape.platform.core.stamps import StageStamps
-from monotape.platform.feeds.handler import FeedHandler
+from monotape.platform.feeds.handler import PUMP_INTERVAL_S, FeedHandler
 from monotape.platform.feeds.replay import ReplayAdapter
 from monotape.platform.feeds.simulator import VenueSimulator
 from monotape.platform.feeds.venue_wire import per_venue, venue_batch
-from monotape.platform.node.failures import StageFailures
-from monotape.platform.node.grid import GridCounts, run_frame_grid
+from monotape.platform.role.failures import StageFailures
+from monotape.platform.role.grid import GridCounts, run_frame_grid
 from monotape.platform.server.endpoint import FanoutServer
 from monotape.platform.wire.batch import TickBatch, batch_from_ticks
 
-__all__ = ["PUMP_INTERVAL_S", "Pipeline"]
-
-PUMP_INTERVAL_S = 0.001  # handlers' delay lines are drained at ~1 ms resolution
+__all__ = ["Pipeline"]
 
 
 class Pipeline:
@@ -148,7 +146,7 @@ class Pipeline:
             await asyncio.sleep(PUMP_INTERVAL_S)
 
     async def frame_loop(self) -> None:
-        # node/grid.py: on the monotonic clock's 40 ms grid, an overdue boundary at once, never
+        # role/grid.py: on the monotonic clock's 40 ms grid, an overdue boundary at once, never
         # twice, never early; a frame that raises is one frame lost, not the tape.
         await run_frame_grid(self.clock.now_ns, self.frame_ns, self.frame, self.failures, self.grid)
 

@@ -7,7 +7,7 @@ frame boundary of the 40 ms grid by the same amount. This measures that delay di
 ``LoopLagMonitor`` is a small state machine (``observe(lag_ns)``) with a thin driver
 (``run()``): the driver sleeps ``interval_s``, reads the monotonic clock on wake-up and
 observes ``woke - (slept_at + interval)``. Exported at scrape time by ``LoopLagCollector``
-(``monotape/platform/node/collectors.py``) as
+(``monotape/platform/role/collectors.py``) as
 ``monotape_event_loop_lag_seconds`` (the latest lag), plus, when the names are given, the
 maximum since the previous scrape and a histogram of every sample.
 """

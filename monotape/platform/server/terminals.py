@@ -232,7 +232,7 @@ class Terminals:
     def sent_totals(self) -> tuple[int, int]:
         """(messages, bytes) written so far, live connections plus those already gone. Safe
         off the loop's thread (a host writer's /metrics): it walks a copy of the registry, made
-        in one C step (node/collectors.py says why)."""
+        in one C step (role/collectors.py says why)."""
         counts = [c.sent() for c in list(self.connections.values())]  # one table read each
         frames = self.gone_frames + sum(f for f, _ in counts)
         sent = self.gone_bytes + sum(b for _, b in counts)

@@ -18,14 +18,14 @@ from starlette.responses import Response
 from monotape.histograms import query
 from monotape.histograms.plot import render_latency_svg
 from monotape.histograms.timeline import timeline_rows, timeline_with_gc
-from monotape.platform.node.admin_params import (
+from monotape.platform.admin.params import (
     Handler,
     int_param,
     json_response,
     stage_param,
     window_ms,
 )
-from monotape.platform.node.admin_view import AdminView
+from monotape.platform.admin.view import AdminView
 
 __all__ = ["latency_handlers"]
 

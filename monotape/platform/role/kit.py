@@ -29,15 +29,15 @@ from monotape.histograms import IntervalLogWriter, Recorders
 from monotape.histograms.gc import GcMonitor
 from monotape.log import log_event
 from monotape.platform.core.stamps import StageStamps
-from monotape.platform.node.collectors import (
+from monotape.platform.role.collectors import (
     GcCollector,
     LoopLagCollector,
     StageDurationCollector,
     StageLatencyCollector,
 )
-from monotape.platform.node.process_metrics import register_process_metrics
-from monotape.platform.node.rotation import HistogramRotation
-from monotape.platform.node.supervisor import LoopFactory
+from monotape.platform.role.process_metrics import register_process_metrics
+from monotape.platform.role.rotation import HistogramRotation
+from monotape.platform.role.supervisor import LoopFactory
 from monotape.platform.server.looplag import LoopLagMonitor
 
 __all__ = ["LOOP_LAG_INTERVAL_S", "RoleKit", "StageHistograms"]

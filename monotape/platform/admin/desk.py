@@ -14,16 +14,16 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from monotape.log import log_event
-from monotape.platform.model import Instrument, Tick
-from monotape.platform.node.admin_params import (
+from monotape.platform.admin.faults import inject_dangling_entry
+from monotape.platform.admin.params import (
     Handler,
     error_response,
     int_param,
     json_response,
     pattern_param,
 )
-from monotape.platform.node.admin_view import AdminView
-from monotape.platform.node.faults import inject_dangling_entry
+from monotape.platform.admin.view import AdminView
+from monotape.platform.model import Instrument, Tick
 
 __all__ = ["desk_handlers", "match_keys", "symbol_row", "tick_prices"]
 

@@ -26,9 +26,9 @@ from monotape.invariants import (
 )
 from monotape.log import log_event
 from monotape.platform.core.gc_policy import FreezeAction, FreezePolicy
-from monotape.platform.node.collectors import FanoutCollector, InvariantCollector
-from monotape.platform.node.failures import StageFailures
-from monotape.platform.node.supervisor import LoopFactory
+from monotape.platform.role.collectors import FanoutCollector, InvariantCollector
+from monotape.platform.role.failures import StageFailures
+from monotape.platform.role.supervisor import LoopFactory
 from monotape.platform.server.endpoint import FanoutServer
 
 __all__ = ["FanoutUpkeep", "GcUpkeep"]

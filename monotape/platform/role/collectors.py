@@ -44,8 +44,8 @@ if TYPE_CHECKING:
     from monotape.platform.core.sequencer import Sequencer
     from monotape.platform.feeds.handler import FeedHandler
     from monotape.platform.feeds.validate import TickGate
-    from monotape.platform.node.failures import StageFailures
-    from monotape.platform.node.grid import GridCounts
+    from monotape.platform.role.failures import StageFailures
+    from monotape.platform.role.grid import GridCounts
     from monotape.platform.server.endpoint import FanoutServer
     from monotape.platform.server.looplag import LoopLagMonitor
 
@@ -424,7 +424,7 @@ class GcCollector(Collector):
 
 
 class FrameGridCollector(Collector):
-    """The frame loop's boundaries, taken and skipped (node/grid.py ``GridCounts``): the tape's
+    """The frame loop's boundaries, taken and skipped (role/grid.py ``GridCounts``): the tape's
     own frame rate, which a late loop lowers without an error anywhere else."""
 
     def __init__(self, counts: GridCounts) -> None:

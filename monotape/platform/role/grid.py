@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from monotape.platform.core.conflation import due_boundary
 from monotape.platform.core.snapshots import FailureSink
-from monotape.platform.node.rotation import sleep_until
+from monotape.platform.role.rotation import sleep_until
 
 __all__ = ["GridCounts", "run_frame_grid"]
 

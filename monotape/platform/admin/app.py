@@ -1,9 +1,9 @@
 """The admin API (Starlette): probes and metrics for everyone, /admin/* for admin tokens only.
 
-Built entirely from an ``AdminView`` (admin_view.py: what the app reads and does of a running
+Built entirely from an ``AdminView`` (view.py: what the app reads and does of a running
 node; the ``Node`` is one) by an app factory. The routes live by area: the desk's picture
-(terminals, symbols, feeds, invariants, drain: admin_desk.py) and the latency picture
-(percentiles, timeline, plot, GC: admin_latency.py); this module holds the guard, the probes,
+(terminals, symbols, feeds, invariants, drain: desk.py) and the latency picture
+(percentiles, timeline, plot, GC: latency.py); this module holds the guard, the probes,
 /metrics and the route table. Schemas: ``GET /openapi.json`` (built from ``ENDPOINTS`` below, so
 docs and routes cannot drift).
 """
@@ -20,16 +20,16 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from monotape.dashboards.web import DASHBOARD_ENDPOINTS, dashboard_handlers, static_mount
-from monotape.platform.node.admin_desk import desk_handlers
-from monotape.platform.node.admin_latency import latency_handlers
-from monotape.platform.node.admin_params import (
+from monotape.platform.admin.desk import desk_handlers
+from monotape.platform.admin.latency import latency_handlers
+from monotape.platform.admin.params import (
     ROUTE_ERRORS,
     Handler,
     admin_guard,
     json_response,
 )
-from monotape.platform.node.admin_view import AdminView
-from monotape.platform.node.watchlist import (
+from monotape.platform.admin.view import AdminView
+from monotape.platform.admin.watchlist import (
     WATCHLIST_ENDPOINTS,
     WatchlistSite,
     watchlist_handlers,
@@ -116,7 +116,7 @@ def _openapi_parameters(path: str, parameters: Mapping[str, list[Param]]) -> lis
 
 
 def build_admin_app(view: AdminView, watchlist: WatchlistSite | None = None) -> Starlette:
-    """``watchlist``: the watchlist page's site (node/watchlist.py); None leaves its routes out."""
+    """``watchlist``: the watchlist page's site (admin/watchlist.py); None leaves its routes out."""
 
     admin = admin_guard(lambda: view.verifier)
 

@@ -15,7 +15,7 @@ from collections.abc import Callable, Coroutine, Iterable
 from typing import Any
 
 from monotape.log import log_event
-from monotape.platform.node.failures import StageFailures
+from monotape.platform.role.failures import StageFailures
 
 __all__ = ["MAX_RESTARTS", "RESTART_WINDOW_NS", "LoopFactory", "Supervisor"]
 

@@ -37,8 +37,8 @@ from starlette.routing import Mount
 from starlette.staticfiles import StaticFiles
 
 from monotape.config import AuthConfig, Config
+from monotape.platform.admin.params import Handler, error_response, json_response
 from monotape.platform.auth import ensure_dev_keys, mint_token
-from monotape.platform.node.admin_params import Handler, error_response, json_response
 
 __all__ = [
     "DEV_TOKEN_TTL_S",
