@@ -76,6 +76,13 @@ async def _standby_warm(node: RunningServer) -> None:
     await until(lambda: admin_standby(node) is not None, "a sequencer standby", 60)
 
 
+async def _sequencer_pid(node: RunningServer) -> int:
+    """The running sequencer's pid: the process table's row has none for a moment while the
+    host records the standby it promoted after the last kill."""
+    await until(lambda: rows(node)["sequencer"]["pid"] is not None, "the sequencer's pid", 60)
+    return int(rows(node)["sequencer"]["pid"])
+
+
 def frames_since(t0: float) -> Callable[[Terminal], bool]:
     return lambda t: t.first("frame", t0) is not None
 
@@ -102,7 +109,7 @@ async def test_kill_9_of_the_sequencer_10_times_frames_resume_within_half_a_seco
         t_first = time.monotonic()
         for i in range(KILLS):
             await _standby_warm(node)
-            pid = rows(node)["sequencer"]["pid"]
+            pid = await _sequencer_pid(node)
             await asyncio.sleep(max(0.0, t_first + i * KILL_EVERY_S - time.monotonic()))
             t_kill = time.monotonic()
             os.kill(pid, signal.SIGKILL)
