@@ -181,3 +181,28 @@ def test_collector_exports_three_counters_per_venue() -> None:
         types[n.removesuffix("_total")] == "counter"
         for n in (TICKS_ADMITTED, DUPLICATE_TICKS, SEQUENCE_REGRESSIONS)
     )
+
+
+def test_published_is_the_same_tick_until_the_symbol_is_shown_again() -> None:
+    """The snapshot cache keys a symbol's encoded chunk on its published tick object
+    (core/snapshots.py): the same object frame after frame while the symbol does not change,
+    a new one once a frame shows it anew."""
+    from monotape.platform.core.sequencer import Sequencer
+    from monotape.platform.model import Tick
+    from monotape.platform.wire.batch import batch_from_ticks
+
+    seq = Sequencer(frame_ns=40)
+    for batch in batch_from_ticks([Tick(1, "XNAS", 1, 5, 0, 10, 11, 10, 1, "A"),
+                                   Tick(2, "XNAS", 1, 6, 0, 20, 21, 20, 1, "A")]):  # fmt: skip
+        seq.on_batch(batch, 1)
+    seq.take_frame(40)
+    one, two = seq.published(1), seq.published(2)
+    assert one is not None and two is not None and one.seq == 5
+    for batch in batch_from_ticks([Tick(2, "XNAS", 1, 7, 0, 22, 23, 22, 1, "A")]):
+        seq.on_batch(batch, 2)
+    assert seq.published(2) is two  # admitted, not yet shown
+    seq.take_frame(80)
+    assert seq.published(1) is one
+    again = seq.published(2)
+    assert again is not two and again is not None and (again.seq, again.bid) == (7, 22)
+    assert seq.published(3) is None

@@ -146,6 +146,10 @@ class Sequencer:
         # no frame yet): its next record's base, what a snapshot shows.
         self._shown = tuple(np.zeros_like(c) for c in self._row)
         self._shown[0].fill(-1)
+        # ``published`` as Tick objects, made on first ask and kept until the symbol is shown
+        # again: the snapshot cache keys its encoded chunk on the object (core/snapshots.py),
+        # so a symbol that did not change hydrates from the cached chunk
+        self._shown_ticks: dict[int, Tick] = {}
         self._last_boundary: int | None = None
         self._counters: dict[str, VenueCounters] = {}
 
@@ -254,6 +258,11 @@ class Sequencer:
         news = [c[dirty] for c in self._row]
         for column, rows in zip(shown, news, strict=True):
             column[dirty] = rows
+        kept = self._shown_ticks
+        if kept:  # the symbols shown anew: their published tick is another one now
+            pop = kept.pop
+            for iid in dirty.tolist():
+                pop(iid, None)
         return Frame(
             frame_no, boundary_ns, encoded=encoded, make=lambda: self._records(dirty, bases, news)
         )
@@ -285,10 +294,14 @@ class Sequencer:
 
     def published(self, iid: int) -> Tick | None:
         """What the last frame showed for ``iid``: its next record's base; what snapshots show."""
+        tick = self._shown_ticks.get(iid)
+        if tick is not None:
+            return tick
         if not 0 <= iid < self.space or self._shown[0][iid] < 0:
             return None
         at = np.array([iid], dtype=np.int64)
-        return self._as_ticks(at, [c[at] for c in self._shown])[0]
+        tick = self._shown_ticks[iid] = self._as_ticks(at, [c[at] for c in self._shown])[0]
+        return tick
 
     @property
     def dirty_count(self) -> int:
