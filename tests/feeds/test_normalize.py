@@ -140,6 +140,9 @@ def test_a_bad_argument_raises_and_changes_nothing() -> None:
         with pytest.raises(OverflowError):
             fn(batch.buffer, 1, gate.venue_code_of, 1, True, 0, 1 << 63, bytes(64), 0, he, hs)
     assert (he == -1).all()
+    empty = _venue_batch([])
+    for fn in IMPLS.values():  # not one of our venues: refused, even with nothing in it
+        assert fn(empty.buffer, 0, gate.venue_code_of, 0, True, 0, 0, bytes(64), 0, he, hs) is None
 
 
 # -- the handler: the one pass delivers what the numpy path delivers ------------------------------

@@ -77,13 +77,7 @@ class IpcTickBus:
     def publish(self, batch: TickBatch) -> None:
         """Send the batch's buffer now, split under the message size; a batch that cannot go
         is dropped and counted (``counters.dropped_*`` by reason). Never blocks, never raises."""
-        try:
-            parts = split(batch, self.max_message_bytes)
-        except ValueError:  # a message size that holds no tick: nothing of it could ever go
-            self.counters.drop(Drop.OVERSIZE, batch.count)
-            return
-        for part in parts:
-            self._sender.send(part.buffer, part.count)
+        self.publish_many((batch,))
 
     def publish_many(self, batches: Sequence[TickBatch]) -> None:
         """``publish`` for each, in order, in as few messages as fit (``wire/bundle.py``): a

@@ -285,7 +285,15 @@ class Sequencer:
         """The last applied tick for ``iid`` (may be newer than any frame has shown)."""
         if not 0 <= iid < self.space or self.versions.epoch[iid] < 0:
             return None
-        return self._ticks(np.array([iid], dtype=np.int64))[0]
+        return self._tick_at(iid, self._row)
+
+    def _tick_at(self, iid: int, row: Sequence[npt.NDArray[Any]]) -> Tick:
+        """One instrument's ``Tick`` from the columns ``row`` (``_row``'s order): a scalar read
+        per column, not a gather (a snapshot asks for one symbol at a time, thousands a second
+        under a reconnect storm)."""
+        e, s, ts, b, a, la, sz, dec, adm, v, h = (c.item(iid) for c in row)
+        names = self._names
+        return Tick(iid, names[v], e, s, ts, b, a, la, sz, names[h], dec, adm)
 
     def latest(self, iids: Iterable[int]) -> list[Tick]:
         """The current ticks of ``iids`` (each must hold one), ascending iid: the priority
@@ -299,8 +307,7 @@ class Sequencer:
             return tick
         if not 0 <= iid < self.space or self._shown[0][iid] < 0:
             return None
-        at = np.array([iid], dtype=np.int64)
-        tick = self._shown_ticks[iid] = self._as_ticks(at, [c[at] for c in self._shown])[0]
+        tick = self._shown_ticks[iid] = self._tick_at(iid, self._shown)
         return tick
 
     @property
